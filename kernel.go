@@ -2,14 +2,25 @@ package randflake
 
 import "os"
 
-// A kernel is one implementation of the batch ID cipher.
+// kernelID names an implementation of the batch ID cipher.
+type kernelID uint8
+
+const (
+	kernelGeneric kernelID = iota
+	kernelAVX2
+	kernelAVX512
+	kernelNEON
+)
+
+// A kernel is one implementation of the batch ID cipher: the portable Go
+// code (width 0) or an assembly kernel that works on width IDs at a time.
 type kernel struct {
-	name    string
-	encrypt func(s *Sparx64, dst, src []uint64) // len(src) >= len(dst)
-	decrypt func(s *Sparx64, dst, src []uint64)
+	name  string
+	id    kernelID
+	width int
 }
 
-var genericKernel = kernel{name: "generic", encrypt: encryptIDsGeneric, decrypt: decryptIDsGeneric}
+var genericKernel = kernel{name: "generic", id: kernelGeneric}
 
 // activeKernel is chosen once, at package initialisation.
 var activeKernel = selectKernel(os.Getenv("RANDFLAKE_KERNEL"))
@@ -21,8 +32,18 @@ var activeKernel = selectKernel(os.Getenv("RANDFLAKE_KERNEL"))
 // package is initialised. The environment variable RANDFLAKE_KERNEL may name
 // a slower kernel to use instead (for comparisons); a name this CPU cannot
 // run is ignored. GODEBUG=cpu.<feature>=off (see golang.org/x/sys/cpu) also
-// steers the choice.
+// steers the choice, and the purego build tag leaves only "generic".
 func Kernel() string { return activeKernel.name }
+
+// Kernels lists the kernels this CPU can run, fastest first; "generic" is
+// always last.
+func Kernels() []string {
+	var names []string
+	for _, k := range kernels() {
+		names = append(names, k.name)
+	}
+	return names
+}
 
 // kernels lists the kernels this CPU can run, fastest first, generic last.
 func kernels() []kernel {
@@ -39,46 +60,41 @@ func selectKernel(want string) kernel {
 	return all[0]
 }
 
-// simdFunc is the signature of an assembly kernel: it processes n IDs, n a
-// positive multiple of the kernel's width, reading all of a group of IDs
-// before writing it, so that dst may equal src.
-type simdFunc func(rk *[roundKeyWords]uint32, dst, src *uint64, n int)
-
-// maxWidth bounds the width of every SIMD kernel.
+// maxWidth bounds the width of every assembly kernel.
 const maxWidth = 32
 
-// simdKernel wraps an assembly kernel of the given width (IDs per call
-// unit) into a kernel that handles any length.
-func simdKernel(name string, width int, enc, dec simdFunc) kernel {
-	return kernel{
-		name: name,
-		encrypt: func(s *Sparx64, dst, src []uint64) {
-			runSIMD(enc, width, s, dst, src, encryptIDsGeneric)
-		},
-		decrypt: func(s *Sparx64, dst, src []uint64) {
-			runSIMD(dec, width, s, dst, src, decryptIDsGeneric)
-		},
-	}
-}
-
 // genericTail is the largest remainder that the generic code handles faster
-// than one padded pass of a SIMD kernel.
+// than one padded pass of an assembly kernel.
 const genericTail = 2
 
-func runSIMD(fn simdFunc, width int, s *Sparx64, dst, src []uint64, tail func(*Sparx64, []uint64, []uint64)) {
-	n := len(dst) - len(dst)%width
-	if n > 0 {
-		fn(&s.rk32, &dst[0], &src[0], n)
+// encrypt encrypts len(dst) IDs from src (len(src) >= len(dst)).
+func (k kernel) encrypt(s *Sparx64, dst, src []uint64) { k.run(s, dst, src, false) }
+
+// decrypt is the inverse of encrypt.
+func (k kernel) decrypt(s *Sparx64, dst, src []uint64) { k.run(s, dst, src, true) }
+
+func (k kernel) run(s *Sparx64, dst, src []uint64, decrypt bool) {
+	rest := len(dst)
+	if k.width > 0 {
+		n := len(dst) - len(dst)%k.width
+		if n > 0 {
+			callKernel(k.id, decrypt, &s.rk32, &dst[0], &src[0], n)
+		}
+		rest -= n
+		if rest > genericTail {
+			// Pad the remainder to one full pass. callKernel is a static
+			// call to no-escape assembly, so buf stays on the stack.
+			var buf [maxWidth]uint64
+			copy(buf[:], src[n:len(dst)])
+			callKernel(k.id, decrypt, &s.rk32, &buf[0], &buf[0], k.width)
+			copy(dst[n:], buf[:rest])
+			return
+		}
 	}
-	rest := len(dst) - n
-	switch {
-	case rest == 0:
-	case rest <= genericTail:
-		tail(s, dst[n:], src[n:])
-	default:
-		var buf [maxWidth]uint64
-		copy(buf[:], src[n:len(dst)])
-		fn(&s.rk32, &buf[0], &buf[0], width)
-		copy(dst[n:], buf[:rest])
+	tail := len(dst) - rest
+	if decrypt {
+		decryptIDsGeneric(s, dst[tail:], src[tail:])
+	} else {
+		encryptIDsGeneric(s, dst[tail:], src[tail:])
 	}
 }

@@ -129,14 +129,14 @@ func (s *Sparx64) DecryptID(id uint64) uint64 {
 // allocate.
 func (s *Sparx64) EncryptIDs(dst, src []uint64) {
 	n := min(len(dst), len(src))
-	activeKernel.encrypt(s, dst[:n], src[:n])
+	activeKernel.run(s, dst[:n], src[:n], false)
 }
 
 // DecryptIDs decrypts min(len(dst), len(src)) IDs from src into dst; it is
 // the inverse of EncryptIDs, with the same aliasing rules.
 func (s *Sparx64) DecryptIDs(dst, src []uint64) {
 	n := min(len(dst), len(src))
-	activeKernel.decrypt(s, dst[:n], src[:n])
+	activeKernel.run(s, dst[:n], src[:n], true)
 }
 
 // unpackID maps an ID to the four big-endian 16-bit words of its
