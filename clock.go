@@ -1,0 +1,85 @@
+package randflake
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The coarse clock: reading the wall clock costs tens of nanoseconds, more
+// than generating an ID, so generators read a Unix second that a background
+// goroutine refreshes at least every clockTick and at each second boundary.
+// The goroutine runs only while the clock is being read: after clockIdle
+// without a reader it stops, and the next reader starts it again (reading
+// the wall clock itself for that call).
+const (
+	clockTick = 10 * time.Millisecond
+	clockIdle = time.Second
+)
+
+var coarse struct {
+	// word is the current Unix second shifted left by one, with the low
+	// bit set once a reader has used it since the last tick; 0 while the
+	// ticker is stopped.
+	word atomic.Int64
+	mu   sync.Mutex // serialises starting and stopping the ticker
+}
+
+// coarseNow returns the current Unix second, at most clockTick old.
+func coarseNow() int64 {
+	if w := coarse.word.Load(); w&1 != 0 {
+		return w >> 1
+	}
+	return coarseNowSlow()
+}
+
+func coarseNowSlow() int64 {
+	for {
+		w := coarse.word.Load()
+		if w != 0 {
+			if w&1 != 0 || coarse.word.CompareAndSwap(w, w|1) {
+				return w >> 1
+			}
+			continue
+		}
+		// Stopped: start the ticker, unless another reader just did.
+		coarse.mu.Lock()
+		if coarse.word.Load() == 0 {
+			now := time.Now().Unix()
+			coarse.word.Store(now<<1 | 1)
+			go runCoarseClock()
+			coarse.mu.Unlock()
+			return now
+		}
+		coarse.mu.Unlock()
+	}
+}
+
+func runCoarseClock() {
+	timer := time.NewTimer(clockTick)
+	defer timer.Stop()
+	idle := time.Duration(0)
+	for {
+		now := time.Now()
+		// Wake at the next second boundary or after clockTick, whichever
+		// comes first.
+		wait := min(clockTick, time.Second-time.Duration(now.Nanosecond())+time.Microsecond)
+		timer.Reset(wait)
+		<-timer.C
+		now = time.Now()
+		if coarse.word.Swap(now.Unix()<<1)&1 != 0 {
+			idle = 0
+			continue
+		}
+		idle += wait
+		if idle >= clockIdle {
+			coarse.mu.Lock()
+			if coarse.word.CompareAndSwap(now.Unix()<<1, 0) {
+				coarse.mu.Unlock()
+				return
+			}
+			coarse.mu.Unlock()
+			idle = 0
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package randflake
+
+const raceEnabled = false

@@ -1,0 +1,414 @@
+package randflake
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+)
+
+// ShardedConfig configures a Sharded generator.
+type ShardedConfig struct {
+	// Secret is the 16-byte key shared by every generator of the
+	// deployment.
+	Secret []byte
+	// FirstNode and LastNode bound the node IDs this process may use,
+	// inclusive. No other generator may use them during the lease.
+	FirstNode, LastNode int64
+	// LeaseStart and LeaseEnd bound, in Unix seconds inclusive, the time
+	// during which the node IDs are this process's.
+	LeaseStart, LeaseEnd int64
+	// TimeSource, if set, returns the current Unix time in seconds; it is
+	// called once per Generate, GenerateString or GenerateBatch call. If nil
+	// the package's coarse clock (wall clock, at most 10ms old) is used.
+	TimeSource func() int64
+	// Shards is the number of shards; 0 means one per CPU
+	// (runtime.GOMAXPROCS). It only affects contention.
+	Shards int
+}
+
+// Sharded is a lock-free generator for a range of node IDs, with one shard
+// per CPU. Each shard reserves sequence numbers from its own node ID with
+// one atomic operation and encrypts them in batches on the SIMD kernel;
+// Generate hands them out from a per-shard buffer. When a node ID's
+// sequence space for the current second is used up, the shard moves to
+// another node ID of the range, so a process issues up to
+// (LastNode-FirstNode+1) x 131,072 IDs per second.
+//
+// Uniqueness never depends on which goroutine lands on which shard: every
+// node ID's (second, sequence) space is reserved atomically, and every
+// buffered ID is handed out at most once. Handed-out IDs carry a second no
+// more than one second behind the clock and inside the lease. When the
+// clock steps back, each node ID keeps issuing from the newest second it
+// has used while that second lasts (see Generator).
+//
+// A Sharded is safe for concurrent use.
+type Sharded struct {
+	cipher     *Sparx64
+	leaseStart int64
+	leaseEnd   atomic.Int64
+	firstNode  int64
+	lastNode   int64
+	timeSource func() int64
+
+	nodes  []node        // one word per node ID: FirstNode + index
+	stride uint64        // visiting order of nodes: index k*stride mod len
+	spare  atomic.Uint64 // visit counter of the search for a node with room
+	full   atomic.Int64  // a second in which every node was found used up
+	shards []*shard      // allocated one by one, apart from each other
+}
+
+// ringSize is the number of IDs a shard encrypts per batch for Generate.
+const ringSize = 512
+
+// shard is one CPU's share of a Sharded generator. Generate takes tickets
+// from ticket; ticket t is slot t%ringSize of lap t/ringSize, and lap L
+// lives in buffer L%2. While one buffer is being handed out, the other is
+// refilled, so callers rarely wait for encryption.
+type shard struct {
+	ticket atomic.Uint64
+	_      [cacheLine - 8]byte
+
+	node atomic.Uint64 // index of the node this shard reserves from
+	buf  [2]lapBuffer
+	_    [cacheLine]byte
+}
+
+// lapBuffer holds one lap of encrypted IDs. stamp is lap+1 while the
+// buffer holds that lap's IDs, 0 when it holds none and stampWriting while
+// a filler rewrites it. Readers check stamp before and after reading an ID
+// (a sequence lock), so an ID is only handed out for the lap it was
+// encrypted for.
+type lapBuffer struct {
+	stamp   atomic.Uint64
+	filling atomic.Bool   // held by the one goroutine refilling the buffer
+	claimed atomic.Uint64 // highest lap+1 a filler has taken on
+	sec     atomic.Int64  // second of the IDs
+	count   atomic.Uint64 // number of valid IDs
+	ids     [ringSize]uint64
+}
+
+const stampWriting = ^uint64(0)
+
+// NewSharded returns a sharded generator.
+func NewSharded(cfg ShardedConfig) (*Sharded, error) {
+	if err := checkLease(cfg.LeaseStart, cfg.LeaseEnd); err != nil {
+		return nil, err
+	}
+	if cfg.FirstNode < 0 || cfg.LastNode > RANDFLAKE_MAX_NODE || cfg.FirstNode > cfg.LastNode {
+		return nil, ErrInvalidNode
+	}
+	if cfg.Shards < 0 {
+		return nil, errors.New("randflake: negative shard count")
+	}
+	c, err := newIDCipher(cfg.Secret)
+	if err != nil {
+		return nil, err
+	}
+	n := cfg.Shards
+	if n == 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	n = min(n, 1024)
+	s := &Sharded{
+		cipher:     c,
+		leaseStart: cfg.LeaseStart,
+		firstNode:  cfg.FirstNode,
+		lastNode:   cfg.LastNode,
+		timeSource: cfg.TimeSource,
+		nodes:      make([]node, cfg.LastNode-cfg.FirstNode+1),
+		shards:     make([]*shard, n),
+	}
+	s.leaseEnd.Store(cfg.LeaseEnd)
+	s.stride = nodeStride(uint64(len(s.nodes)))
+	for i := range s.shards {
+		s.shards[i] = new(shard)
+		s.shards[i].node.Store(s.visit(uint64(i)))
+	}
+	s.spare.Store(uint64(n))
+	return s, nil
+}
+
+func (s *Sharded) now() int64 {
+	if s.timeSource == nil {
+		return coarseNow()
+	}
+	return s.timeSource()
+}
+
+// checkClock reports whether now is inside the lease.
+func (s *Sharded) checkClock(now int64) error {
+	if now < s.leaseStart || now > s.leaseEnd.Load() {
+		return ErrInvalidLease
+	}
+	return nil
+}
+
+// Generate returns a new encrypted ID. It serves IDs from the calling CPU's
+// shard buffer, so the clock and the cipher are paid once per batch.
+func (s *Sharded) Generate() (int64, error) {
+	sh := s.shards[s.pick()]
+	var now int64
+	if s.timeSource == nil {
+		now = coarseNow()
+	} else {
+		now = s.timeSource()
+	}
+	if err := s.checkClock(now); err != nil {
+		return 0, err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		t := sh.ticket.Add(1) - 1
+		lap, i := t/ringSize, t%ringSize
+		b := &sh.buf[lap&1]
+		if i == ringSize/2 {
+			// Half way through this lap: prepare the next one.
+			s.fill(sh, lap+1)
+		}
+		st := b.stamp.Load()
+		if st != lap+1 && st < lap+1 {
+			// Not filled yet (or a fill failed): fill it now unless
+			// another goroutine is at it.
+			s.fill(sh, lap)
+			st = b.stamp.Load()
+		}
+		if st != lap+1 {
+			break // being filled by another goroutine, or lapped
+		}
+		sec := b.sec.Load()
+		ok := i < b.count.Load()
+		var id uint64
+		if ok {
+			id = atomic.LoadUint64(&b.ids[i])
+		}
+		if b.stamp.Load() != lap+1 || !ok {
+			continue
+		}
+		if sec >= now-1 {
+			return int64(id), nil
+		}
+		// The buffered IDs are too old: jump to a lap two ahead, which
+		// reuses this buffer and is filled afresh.
+		skipTo(&sh.ticket, (lap+2)*ringSize)
+	}
+	return s.generateDirect(sh, now)
+}
+
+// skipTo moves a ticket counter forward to at least t.
+func skipTo(ticket *atomic.Uint64, t uint64) {
+	for {
+		cur := ticket.Load()
+		if cur >= t || ticket.CompareAndSwap(cur, t) {
+			return
+		}
+	}
+}
+
+// generateDirect issues one ID without the buffer.
+func (s *Sharded) generateDirect(sh *shard, now int64) (int64, error) {
+	sec, nodeID, seq, _, err := s.reserve(sh, now, 1)
+	if err != nil {
+		return 0, err
+	}
+	return int64(s.cipher.EncryptID(rawID(sec, nodeID, seq))), nil
+}
+
+// fill encrypts lap's IDs into its buffer, unless the buffer is being
+// filled or lap has been taken on already.
+func (s *Sharded) fill(sh *shard, lap uint64) {
+	b := &sh.buf[lap&1]
+	if !b.filling.CompareAndSwap(false, true) {
+		return
+	}
+	defer b.filling.Store(false)
+	if b.claimed.Load() >= lap+1 {
+		return
+	}
+	b.claimed.Store(lap + 1)
+	// Swap, not Store: a read-modify-write orders the ID writes below after
+	// it on every architecture, so a reader that sees the old stamp after
+	// reading an ID has not read a new one.
+	b.stamp.Swap(stampWriting)
+	now := s.now()
+	var count uint64
+	var sec int64
+	if s.checkClock(now) == nil {
+		count, sec = s.fillRaw(sh, now, b)
+	}
+	b.sec.Store(sec)
+	b.count.Store(count)
+	if count == 0 {
+		b.stamp.Store(0)
+		return
+	}
+	b.stamp.Store(lap + 1)
+}
+
+// fillRaw reserves up to ringSize sequence numbers at second now and
+// writes their encrypted IDs into b.
+func (s *Sharded) fillRaw(sh *shard, now int64, b *lapBuffer) (count uint64, sec int64) {
+	// Under the race detector the IDs are written with atomic stores, as
+	// readers of the previous lap may still be reading them; otherwise
+	// they are written in place and the stamp protocol guards the readers.
+	var scratch *[ringSize]uint64
+	if raceEnabled {
+		scratch = new([ringSize]uint64)
+	} else {
+		scratch = &b.ids
+	}
+	n := 0
+	for n < ringSize {
+		sc, nodeID, seq, got, err := s.reserve(sh, now, ringSize-n)
+		if err != nil {
+			break
+		}
+		if n > 0 && sc != sec {
+			// A clock step back put this node on a later second; keep
+			// one second per lap.
+			break
+		}
+		sec = sc
+		first := rawID(sec, nodeID, seq)
+		for j := range scratch[n : n+got] {
+			scratch[n+j] = first + uint64(j)
+		}
+		n += got
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	s.cipher.EncryptIDs(scratch[:n], scratch[:n])
+	if raceEnabled {
+		for j := 0; j < n; j++ {
+			atomic.StoreUint64(&b.ids[j], scratch[j])
+		}
+	}
+	return uint64(n), sec
+}
+
+// reserve takes up to k sequence numbers at second now from the shard's
+// node, moving the shard to another node of the range when its node is
+// used up.
+func (s *Sharded) reserve(sh *shard, now int64, k int) (sec, nodeID, seq int64, got int, err error) {
+	leaseEnd := s.leaseEnd.Load()
+	idx := sh.node.Load()
+	sec, seq, got, err = s.nodes[idx].reserve(now, k, s.leaseStart, leaseEnd)
+	if err == nil || err == ErrInvalidLease {
+		return sec, s.firstNode + int64(idx), seq, got, err
+	}
+	if s.full.Load() == now {
+		return 0, 0, 0, 0, err
+	}
+	// Look for a node with room, starting where the last search stopped,
+	// so that each node is tried about once per second.
+	total := uint64(len(s.nodes))
+	for range total {
+		j := s.visit(s.spare.Add(1) - 1)
+		sec, seq, got, err2 := s.nodes[j].reserve(now, k, s.leaseStart, leaseEnd)
+		if err2 == nil {
+			sh.node.Store(j)
+			return sec, s.firstNode + int64(j), seq, got, nil
+		}
+		if err2 == ErrInvalidLease {
+			return 0, 0, 0, 0, err2
+		}
+	}
+	s.full.Store(now)
+	return 0, 0, 0, 0, err
+}
+
+// visit returns the index of the k-th node in visiting order. Nodes are
+// visited stride apart, so that shards working on consecutively visited
+// nodes do not share a cache line; stride is coprime with the number of
+// nodes, so every node is visited once per len(nodes) visits.
+func (s *Sharded) visit(k uint64) uint64 {
+	return k % uint64(len(s.nodes)) * s.stride % uint64(len(s.nodes))
+}
+
+// nodeStride returns a stride of at least a cache line's worth of node
+// words that is coprime with total (1 for small ranges).
+func nodeStride(total uint64) uint64 {
+	const words = cacheLine / 8
+	if total <= words {
+		return 1
+	}
+	for st := uint64(words + 1); ; st++ {
+		if gcd(st, total) == 1 {
+			return st
+		}
+	}
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// GenerateString returns a new encrypted ID in its string form.
+func (s *Sharded) GenerateString() (string, error) {
+	id, err := s.Generate()
+	if err != nil {
+		return "", err
+	}
+	return EncodeString(id), nil
+}
+
+// GenerateBatch fills dst with new IDs: sequence numbers are reserved a run
+// at a time with one atomic operation per node ID used, and the run is
+// encrypted on the SIMD kernel. It returns the number of IDs written; if
+// that is less than len(dst), the error says why.
+func (s *Sharded) GenerateBatch(dst []int64) (int, error) {
+	sh := s.shards[s.pick()]
+	now := s.now()
+	if err := s.checkClock(now); err != nil {
+		return 0, err
+	}
+	done := 0
+	var err error
+	for done < len(dst) {
+		var sec, nodeID, seq int64
+		var got int
+		sec, nodeID, seq, got, err = s.reserve(sh, now, len(dst)-done)
+		if err != nil {
+			break
+		}
+		fillRaw(dst[done:done+got], rawID(sec, nodeID, seq))
+		done += got
+	}
+	encryptInt64s(s.cipher, dst[:done])
+	return done, err
+}
+
+// Inspect decrypts id and returns its Unix timestamp, node ID and sequence
+// number.
+func (s *Sharded) Inspect(id int64) (timestamp, nodeID, sequence int64, err error) {
+	timestamp, nodeID, sequence = splitRaw(s.cipher.DecryptID(uint64(id)))
+	return timestamp, nodeID, sequence, nil
+}
+
+// InspectString is Inspect for the string form of an ID.
+func (s *Sharded) InspectString(id string) (timestamp, nodeID, sequence int64, err error) {
+	v, err := DecodeString(id)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return s.Inspect(v)
+}
+
+// UpdateLease extends the lease, with the rules of Generator.UpdateLease.
+func (s *Sharded) UpdateLease(leaseStart, leaseEnd int64) bool {
+	return updateLease(s.leaseStart, &s.leaseEnd, leaseStart, leaseEnd)
+}
+
+// Lease returns the node range and the current lease.
+func (s *Sharded) Lease() (firstNode, lastNode, leaseStart, leaseEnd int64) {
+	return s.firstNode, s.lastNode, s.leaseStart, s.leaseEnd.Load()
+}
+
+// encryptInt64s encrypts raw IDs in place.
+func encryptInt64s(c *Sparx64, ids []int64) {
+	u := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ids))), len(ids))
+	c.EncryptIDs(u, u)
+}
