@@ -18,11 +18,13 @@ const (
 )
 
 var coarse struct {
+	_ [cacheLine]byte // keep word off cache lines written by others
 	// word is the current Unix second shifted left by one, with the low
 	// bit set once a reader has used it since the last tick; 0 while the
 	// ticker is stopped.
 	word atomic.Int64
 	mu   sync.Mutex // serialises starting and stopping the ticker
+	_    [cacheLine]byte
 }
 
 // coarseNow returns the current Unix second, at most clockTick old.

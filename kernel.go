@@ -13,7 +13,8 @@ const (
 )
 
 // A kernel is one implementation of the batch ID cipher: the portable Go
-// code (width 0) or an assembly kernel that works on width IDs at a time.
+// code (width 0) or an assembly kernel that works on width IDs at a time,
+// width a power of two no larger than maxWidth.
 type kernel struct {
 	name  string
 	id    kernelID
@@ -76,7 +77,7 @@ func (k kernel) decrypt(s *Sparx64, dst, src []uint64) { k.run(s, dst, src, true
 func (k kernel) run(s *Sparx64, dst, src []uint64, decrypt bool) {
 	rest := len(dst)
 	if k.width > 0 {
-		n := len(dst) - len(dst)%k.width
+		n := len(dst) &^ (k.width - 1) // widths are powers of two
 		if n > 0 {
 			callKernel(k.id, decrypt, &s.rk32, &dst[0], &src[0], n)
 		}

@@ -338,3 +338,11 @@ func TestSelectKernel(t *testing.T) {
 		t.Fatalf("unknown name selected %q", got)
 	}
 }
+
+func TestKernelWidths(t *testing.T) {
+	for _, k := range kernels() {
+		if k.width < 0 || k.width > maxWidth || k.width&(k.width-1) != 0 {
+			t.Errorf("kernel %s: width %d is not a power of two up to %d", k.name, k.width, maxWidth)
+		}
+	}
+}
