@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite: every module of the repository vetted and tested,
+# the library under the race detector. .ci/run runs this first.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# The reference implementation's cross-language vectors, beside the checkout.
+if [ -z "${RANDFLAKE_VECTORS:-}" ] && [ -f ../shared/vectors/randflake_reference_vectors.json ]; then
+	RANDFLAKE_VECTORS="$(cd .. && pwd)/shared/vectors/randflake_reference_vectors.json"
+	export RANDFLAKE_VECTORS
+fi
+
+echo "== library: vet and tests under -race"
+go vet ./...
+go test -race -count=1 ./...
+
+echo "== bench module: vet, and every benchmark once"
+(cd bench && go vet ./... && go test -count=1 -run . -bench . -benchtime 1x ./... >/dev/null && echo "bench: every benchmark ran once")
