@@ -1,0 +1,189 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeService hands out consecutive integers, count per request, and can
+// be told to fail or to stall.
+type fakeService struct {
+	next     atomic.Int64
+	requests atomic.Int64
+	fail     atomic.Bool
+	stall    chan struct{} // if non-nil, requests wait for it to close
+}
+
+func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.requests.Add(1)
+	if f.stall != nil {
+		<-f.stall
+	}
+	if f.fail.Load() {
+		http.Error(w, `{"error":"boom"}`, http.StatusServiceUnavailable)
+		return
+	}
+	if r.URL.Path != "/v1/ids" || r.URL.Query().Get("format") != "int" || r.Header.Get("Accept") != "text/plain" {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	n, _ := strconv.Atoi(r.URL.Query().Get("count"))
+	first := f.next.Add(int64(n)) - int64(n)
+	for i := range int64(n) {
+		fmt.Fprintln(w, first+i)
+	}
+}
+
+func newTest(t *testing.T, f *fakeService, cfg Config) *Client {
+	t.Helper()
+	ts := httptest.NewServer(f)
+	t.Cleanup(ts.Close)
+	cfg.URL = ts.URL
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestNextAndPrefetch(t *testing.T) {
+	f := &fakeService{}
+	c := newTest(t, f, Config{BatchSize: 100, LowWater: 50, MaxAge: time.Minute})
+	ctx := context.Background()
+	for i := range int64(251) {
+		id, err := c.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != i {
+			t.Fatalf("ID %d, want %d", id, i)
+		}
+	}
+	// Prefetch: once below the low-water mark a fetch runs in the
+	// background, so the buffer refills without a call waiting.
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Buffered() != 149 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if b := c.Buffered(); b != 149 {
+		t.Fatalf("buffered %d after prefetch, want 49 + 100", b)
+	}
+	if r := f.requests.Load(); r != 4 {
+		t.Fatalf("%d requests for 251 IDs in batches of 100 and one prefetch", r)
+	}
+}
+
+func TestMaxAgeDiscardsOldIDs(t *testing.T) {
+	f := &fakeService{}
+	c := newTest(t, f, Config{BatchSize: 10, MaxAge: 50 * time.Millisecond})
+	ctx := context.Background()
+	if id, err := c.Next(ctx); err != nil || id != 0 {
+		t.Fatal(id, err)
+	}
+	time.Sleep(120 * time.Millisecond)
+	id, err := c.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id < 10 {
+		t.Fatalf("got ID %d from a batch older than MaxAge", id)
+	}
+}
+
+func TestErrorsAreReturned(t *testing.T) {
+	f := &fakeService{}
+	f.fail.Store(true)
+	c := newTest(t, f, Config{BatchSize: 10})
+	_, err := c.Next(context.Background())
+	if err == nil || !containsAll(err.Error(), "503", "boom") {
+		t.Fatalf("error %v, want the service's 503", err)
+	}
+	f.fail.Store(false)
+	if _, err := c.Next(context.Background()); err != nil {
+		t.Fatalf("after recovery: %v", err)
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestContextAndClose(t *testing.T) {
+	f := &fakeService{stall: make(chan struct{})}
+	c := newTest(t, f, Config{BatchSize: 10})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("stalled service: %v", err)
+	}
+	c.Close()
+	close(f.stall)
+	if _, err := c.Next(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+func TestConcurrentNextUnique(t *testing.T) {
+	f := &fakeService{}
+	c := newTest(t, f, Config{BatchSize: 64})
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 500 {
+				id, err := c.Next(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if seen[id] {
+					t.Errorf("ID %d handed out twice", id)
+				}
+				seen[id] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != 4000 {
+		t.Fatalf("%d IDs", len(seen))
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{URL: ""}, {URL: "ftp://x"}, {URL: "http://"}, {URL: "http://h", BatchSize: -1},
+		{URL: "http://h", BatchSize: 10, LowWater: 11}, {URL: "http://h", MaxAge: -time.Second},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+}

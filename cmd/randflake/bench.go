@@ -1,0 +1,146 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/cpuid/v2"
+	"github.com/randflake/randflake"
+)
+
+// benchResult is one kernel's figures, in ns per ID.
+type benchResult struct {
+	Kernel   string  `json:"kernel"`
+	Single   float64 `json:"single_ns"`   // EncryptID, one block
+	Batch    float64 `json:"batch_ns"`    // EncryptIDs, 1,024 per call
+	Generate float64 `json:"generate_ns"` // Sharded.Generate
+	GenBatch float64 `json:"genbatch_ns"` // Sharded.GenerateBatch, 1,024 per call
+	Parallel float64 `json:"parallel_ns"` // Sharded.Generate from GOMAXPROCS goroutines
+}
+
+const benchChildEnv = "RANDFLAKE_BENCH_CHILD"
+
+func runBench(e *env, args []string) error {
+	fs := newFlags(e, "bench", "bench [--json]\n\nPrints this CPU's brand, features and microarchitecture level, the kernel\nrandflake selects, and ns per ID for every kernel the CPU supports: one\nblock, batches of 1,024, and the sharded generator (single ID, batch,\nparallel). Each kernel is measured in a child process started with\nRANDFLAKE_KERNEL set. Takes about 2 seconds per kernel.")
+	asJSON := fs.Bool("json", false, "print the results as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("no arguments are taken")
+	}
+	if e.getenv(benchChildEnv) != "" {
+		return json.NewEncoder(e.stdout).Encode(measureKernel())
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	c := cpuid.CPU
+	var results []benchResult
+	kernels := randflake.Kernels()
+	for i, k := range kernels {
+		fmt.Fprintf(e.stderr, "measuring kernel %s (%d of %d)...\n", k, i+1, len(kernels))
+		cmd := exec.Command(self, "bench")
+		cmd.Env = append(os.Environ(), benchChildEnv+"=1", "RANDFLAKE_KERNEL="+k)
+		cmd.Stderr = e.stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("measuring kernel %s: %w", k, err)
+		}
+		var r benchResult
+		if err := json.Unmarshal(out, &r); err != nil {
+			return fmt.Errorf("measuring kernel %s: %w", k, err)
+		}
+		if r.Kernel != k {
+			return fmt.Errorf("child ran kernel %q, want %q", r.Kernel, k)
+		}
+		results = append(results, r)
+	}
+	if *asJSON {
+		return json.NewEncoder(e.stdout).Encode(map[string]any{
+			"cpu": c.BrandName, "arch": runtime.GOARCH, "level": c.X64Level(), "cores": runtime.NumCPU(),
+			"selected": randflake.Kernel(), "go": runtime.Version(), "results": results,
+		})
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "CPU        %s (%s, %d logical cores", c.BrandName, runtime.GOARCH, runtime.NumCPU())
+	if runtime.GOARCH == "amd64" {
+		fmt.Fprintf(w, ", x86-64-v%d", c.X64Level())
+	}
+	fmt.Fprintf(w, ")\nfeatures   %s\n", strings.Join(kernelFeatures(c), " "))
+	fmt.Fprintf(w, "kernel     %s (available: %s)\n", randflake.Kernel(), strings.Join(kernels, ", "))
+	fmt.Fprintf(w, "go         %s\n\n", runtime.Version())
+	fmt.Fprintf(w, "%-8s %12s %12s %12s %12s %12s\n", "ns/ID", "1 block", "batch 1024", "Generate", "GenBatch", "parallel")
+	for _, r := range results {
+		fmt.Fprintf(w, "%-8s %12.2f %12.2f %12.2f %12.2f %12.2f\n", r.Kernel, r.Single, r.Batch, r.Generate, r.GenBatch, r.Parallel)
+	}
+	return nil
+}
+
+// kernelFeatures lists the CPU features the kernels care about.
+func kernelFeatures(c cpuid.CPUInfo) []string {
+	var names []string
+	for _, f := range []cpuid.FeatureID{cpuid.AVX, cpuid.AVX2, cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.AVX512VBMI, cpuid.AVX512VBMI2, cpuid.ASIMD} {
+		if c.Supports(f) {
+			names = append(names, f.String())
+		}
+	}
+	if len(names) == 0 {
+		names = append(names, "(none used by randflake)")
+	}
+	return names
+}
+
+// measureKernel runs the benchmarks in this process, whose kernel was
+// chosen by RANDFLAKE_KERNEL.
+func measureKernel() benchResult {
+	c, _ := randflake.NewSparx64(make([]byte, 16))
+	perID := func(r testing.BenchmarkResult, n int) float64 {
+		return float64(r.T.Nanoseconds()) / float64(r.N) / float64(n)
+	}
+	res := benchResult{Kernel: randflake.Kernel()}
+	res.Single = perID(testing.Benchmark(func(b *testing.B) {
+		var x uint64
+		for i := 0; i < b.N; i++ {
+			x = c.EncryptID(x)
+		}
+		runtime.KeepAlive(x)
+	}), 1)
+	buf := make([]uint64, 1024)
+	res.Batch = perID(testing.Benchmark(func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			c.EncryptIDs(buf, buf)
+		}
+	}), len(buf))
+	now := time.Now().Unix()
+	s, err := randflake.NewSharded(randflake.ShardedConfig{Secret: make([]byte, 16), FirstNode: 0, LastNode: randflake.MaxNode, LeaseStart: now - 1, LeaseEnd: now + 3600})
+	if err != nil {
+		return res
+	}
+	res.Generate = perID(testing.Benchmark(func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			s.Generate()
+		}
+	}), 1)
+	ids := make([]int64, 1024)
+	res.GenBatch = perID(testing.Benchmark(func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			s.GenerateBatch(ids)
+		}
+	}), len(ids))
+	res.Parallel = perID(testing.Benchmark(func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				s.Generate()
+			}
+		})
+	}), 1)
+	return res
+}

@@ -1,0 +1,479 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/client"
+)
+
+// The end-to-end tests run the real binary, built once by TestMain.
+var binary string
+
+const testSecretHex = "000102030405060708090a0b0c0d0e0f"
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "randflake-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "randflake")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the binary: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func runBinary(t *testing.T, stdin string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+var secretEnv = []string{"RANDFLAKE_SECRET=" + testSecretHex, "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR="}
+
+func testCipher(t *testing.T) *randflake.Sparx64 {
+	c, err := randflake.NewSparx64([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestGenPipedIntoInspect(t *testing.T) {
+	before := time.Now().Unix()
+	gen := runBinary(t, "", secretEnv, "gen", "-n", "2000", "--nodes", "3-4")
+	if gen.code != 0 {
+		t.Fatalf("gen: %d %s", gen.code, gen.stderr)
+	}
+	ids := strings.Fields(gen.stdout)
+	if len(ids) != 2000 {
+		t.Fatalf("gen printed %d IDs", len(ids))
+	}
+	if slices.Sort(ids); len(slices.Compact(slices.Clone(ids))) != 2000 {
+		t.Fatal("duplicate IDs")
+	}
+	ins := runBinary(t, gen.stdout, secretEnv, "inspect", "--json")
+	if ins.code != 0 {
+		t.Fatalf("inspect: %d %s", ins.code, ins.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(ins.stdout), "\n")
+	if len(lines) != 2000 {
+		t.Fatalf("inspect printed %d lines", len(lines))
+	}
+	after := time.Now().Unix()
+	for _, l := range lines {
+		var v struct {
+			Timestamp, Node int64
+		}
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Node < 3 || v.Node > 4 || v.Timestamp < before || v.Timestamp > after+1 {
+			t.Fatalf("inspect: %s (window %d..%d)", l, before, after)
+		}
+	}
+}
+
+func TestGenFormats(t *testing.T) {
+	r := runBinary(t, "", secretEnv, "gen", "-n", "5", "--format", "int", "--nodes", "7")
+	c := testCipher(t)
+	for _, f := range strings.Fields(r.stdout) {
+		var id int64
+		if _, err := fmt.Sscan(f, &id); err != nil {
+			t.Fatal(err)
+		}
+		if raw := c.DecryptID(uint64(id)); (raw>>17)&randflake.MaxNode != 7 {
+			t.Fatalf("int ID %d is not from node 7", id)
+		}
+	}
+	r = runBinary(t, "", secretEnv, "gen", "-n", "3", "--format", "json", "--nodes", "7")
+	var ids []randflake.ID
+	if err := json.Unmarshal([]byte(r.stdout), &ids); err != nil || len(ids) != 3 {
+		t.Fatalf("json: %q %v", r.stdout, err)
+	}
+	r = runBinary(t, "", secretEnv, "gen", "-n", "0", "--format", "json", "--nodes", "7")
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Fatalf("json of 0 IDs: %q", r.stdout)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{}, {"nope"}, {"gen", "-n", "-1"}, {"gen", "--format", "xml"}, {"gen", "--bogus"},
+		{"gen", "--nodes", "5-3"}, {"gen", "--nodes", "x"}, {"gen", "--nodes", "1-2", "--etcd", "h:1"},
+		{"inspect"}, {"keygen"}, {"uniqueid"}, {"uniqueid", "frob"}, {"serve", "--max-count", "0"},
+		{"load", "--url", "http://example.com"}, {"gen", "extra"},
+	} {
+		r := runBinary(t, "", secretEnv, args...)
+		if r.code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, r.code, r.stderr)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"gen", "--help"}, {"inspect", "-h"}, {"serve", "--help"}, {"keygen", "--help"}, {"bench", "--help"}, {"load", "--help"}, {"uniqueid", "--help"}} {
+		r := runBinary(t, "", secretEnv, args...)
+		if r.code != 0 || !strings.Contains(r.stderr, "usage") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestInspectReportsEachBadID(t *testing.T) {
+	gen := runBinary(t, "", secretEnv, "gen", "-n", "2", "--nodes", "9")
+	ids := strings.Fields(gen.stdout)
+	r := runBinary(t, "", secretEnv, "inspect", ids[0], "not-an-id", ids[1], "vvvvvvvvvvvvvv")
+	if r.code != 1 {
+		t.Fatalf("exit %d", r.code)
+	}
+	if n := strings.Count(r.stdout, "node=9"); n != 2 {
+		t.Fatalf("%d good IDs printed: %q", n, r.stdout)
+	}
+	if !strings.Contains(r.stderr, "not-an-id") || !strings.Contains(r.stderr, "vvvvvvvvvvvvvv") {
+		t.Fatalf("stderr %q", r.stderr)
+	}
+}
+
+func TestKeygenAndSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "secret")
+	r := runBinary(t, "", nil, "keygen", "--out", path)
+	if r.code != 0 {
+		t.Fatalf("keygen: %d %s", r.code, r.stderr)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file mode %v, %v", st.Mode().Perm(), err)
+	}
+	key, _ := os.ReadFile(path)
+	if r.stdout != "" || strings.Contains(r.stderr, strings.TrimSpace(string(key))) {
+		t.Fatal("keygen printed the secret")
+	}
+	if r := runBinary(t, "", nil, "keygen", "--out", path); r.code != 1 {
+		t.Fatalf("overwrite without --force: exit %d", r.code)
+	}
+	env := []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=" + path}
+	if r := runBinary(t, "", env, "gen", "--nodes", "1"); r.code != 0 {
+		t.Fatalf("gen with the new secret file: %d %s", r.code, r.stderr)
+	}
+	os.Chmod(path, 0o644)
+	r = runBinary(t, "", env, "gen", "--nodes", "1")
+	if r.code != 1 || !strings.Contains(r.stderr, "chmod 600") || strings.Contains(r.stderr, strings.TrimSpace(string(key))) {
+		t.Fatalf("world-readable secret: exit %d, %q", r.code, r.stderr)
+	}
+	// To standard output only when it is not a terminal (here: a pipe).
+	r = runBinary(t, "", nil, "keygen", "--out", "-")
+	if r.code != 0 || len(strings.TrimSpace(r.stdout)) != 32 {
+		t.Fatalf("keygen --out -: %d %q", r.code, r.stdout)
+	}
+}
+
+func TestUniqueIDCommands(t *testing.T) {
+	r := runBinary(t, "", nil, "uniqueid", "gen", "-n", "3")
+	toks := strings.Fields(r.stdout)
+	if r.code != 0 || len(toks) != 3 || len(toks[0]) != 27 {
+		t.Fatalf("uniqueid gen: %d %q", r.code, r.stdout)
+	}
+	r = runBinary(t, "", nil, "uniqueid", "gen", "--layout", "classic", "--addr", "192.0.2.7")
+	if r.code != 0 || len(strings.TrimSpace(r.stdout)) != 24 {
+		t.Fatalf("classic: %d %q", r.code, r.stdout)
+	}
+	p := runBinary(t, "", nil, "uniqueid", "parse", strings.TrimSpace(r.stdout), toks[0], "garbage")
+	if p.code != 1 || !strings.Contains(p.stdout, "addr=192.0.2.7") || !strings.Contains(p.stdout, "root=") || !strings.Contains(p.stderr, "garbage") {
+		t.Fatalf("parse: %d %q %q", p.code, p.stdout, p.stderr)
+	}
+}
+
+// serveProcess is a running `randflake serve`.
+type serveProcess struct {
+	cmd  *exec.Cmd
+	url  string
+	logs *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var addrRE = regexp.MustCompile(`msg=serving addr=(\S+)`)
+
+func startServe(t *testing.T, args ...string) *serveProcess {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), secretEnv...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProcess{cmd: cmd, logs: logs, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
+			p.url = "http://" + m[1]
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p.url == "" {
+		t.Fatalf("serve did not start: %s", logs.String())
+	}
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(p.url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("serve not ready: %s", logs.String())
+	return nil
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte("inspection-token-0123456789\n"), 0o600)
+	p := startServe(t, "--nodes", "0-255", "--inspect-token-file", tokenFile, "--header-timeout", "300ms")
+
+	t.Run("batches unique across clients", func(t *testing.T) {
+		var mu sync.Mutex
+		var all []string
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 25 {
+					resp, err := http.Get(p.url + "/v1/ids?count=2000")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					var got struct{ IDs []string }
+					err = json.NewDecoder(resp.Body).Decode(&got)
+					resp.Body.Close()
+					if err != nil || len(got.IDs) != 2000 {
+						t.Errorf("%v, %d IDs", err, len(got.IDs))
+						return
+					}
+					mu.Lock()
+					all = append(all, got.IDs...)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		slices.Sort(all)
+		if len(all) != 8*25*2000 || len(slices.Compact(all)) != len(all) {
+			t.Fatalf("%d IDs, duplicates among them", len(all))
+		}
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		for path, want := range map[string]int{
+			"/v1/ids?count=0": 400, "/v1/ids?count=-1": 400, "/v1/ids?count=x": 400,
+			"/v1/ids?count=10001": 400, "/v1/ids?count=": 400, "/elsewhere": 404,
+			"/v1/ids/abc": 401,
+		} {
+			resp, err := http.Get(p.url + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != want || !json.Valid(body) {
+				t.Errorf("%s: %d %q, want %d with JSON", path, resp.StatusCode, body, want)
+			}
+		}
+		resp, err := http.Post(p.url+"/v1/ids", "text/plain", nil)
+		if err != nil || resp.StatusCode != 405 {
+			t.Errorf("POST: %v %v", resp.StatusCode, err)
+		}
+		// Oversized headers.
+		req, _ := http.NewRequest("GET", p.url+"/v1/ids", nil)
+		req.Header.Set("X-Big", strings.Repeat("a", 64<<10))
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 431 {
+			t.Errorf("oversized header: %v %v", resp, err)
+		}
+	})
+
+	t.Run("inspect with token", func(t *testing.T) {
+		resp, _ := http.Get(p.url + "/v1/ids?count=1&format=int")
+		var got struct{ IDs []string }
+		json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		req, _ := http.NewRequest("GET", p.url+"/v1/ids/"+got.IDs[0], nil)
+		req.Header.Set("Authorization", "Bearer inspection-token-0123456789")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("inspect: %v %v", resp, err)
+		}
+		var v struct{ Node int64 }
+		json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if v.Node < 0 || v.Node > 255 {
+			t.Fatalf("node %d", v.Node)
+		}
+	})
+
+	t.Run("slow client is cut off", func(t *testing.T) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprint(conn, "GET /v1/ids HTTP/1.1\r\nHost: x\r\n") // never finishes the headers
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		_, err = io.ReadAll(conn)
+		if err != nil || time.Since(start) > 3*time.Second {
+			t.Fatalf("connection not closed by the header timeout: %v after %v", err, time.Since(start))
+		}
+	})
+
+	t.Run("client prefetch", func(t *testing.T) {
+		c, err := client.New(client.Config{URL: p.url, BatchSize: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		seen := map[int64]bool{}
+		cipher := testCipher(t)
+		for range 3000 {
+			id, err := c.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seen[id] {
+				t.Fatalf("duplicate %d", id)
+			}
+			seen[id] = true
+			if node := (cipher.DecryptID(uint64(id)) >> 17) & randflake.MaxNode; node > 255 {
+				t.Fatalf("node %d", node)
+			}
+		}
+	})
+
+	t.Run("load test", func(t *testing.T) {
+		for _, batch := range []int{1, 100, 10000} {
+			rep, err := loadTest(context.Background(), loadConfig{URL: p.url + "/v1/ids", Batch: batch, Concurrency: 2, Duration: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatalf("batch %d: %v", batch, err)
+			}
+			if rep.IDs != rep.Requests*batch || rep.Requests == 0 {
+				t.Fatalf("batch %d: %+v", batch, rep)
+			}
+			t.Logf("batch %5d: %.0f IDs/s, p99 %v", batch, rep.IDsPerSecond(), rep.percentile(99))
+		}
+	})
+}
+
+// SIGTERM while requests are in flight: they complete, the server exits 0.
+func TestServeGracefulShutdown(t *testing.T) {
+	p := startServe(t, "--nodes", "0-63")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	completed, refused := 0, 0
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				resp, err := http.Get(p.url + "/v1/ids?count=10000")
+				if err != nil {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+					return // the listener is gone
+				}
+				var got struct{ IDs []string }
+				err = json.NewDecoder(resp.Body).Decode(&got)
+				resp.Body.Close()
+				n := len(got.IDs)
+				if resp.StatusCode != 200 || n != 10000 {
+					t.Errorf("during shutdown: status %d, %d IDs", resp.StatusCode, n)
+					return
+				}
+				mu.Lock()
+				completed++
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Fatalf("serve exited with %v: %s", err, p.logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	wg.Wait()
+	if completed == 0 || !strings.Contains(p.logs.String(), "msg=stopped") {
+		t.Fatalf("completed %d requests; logs %s", completed, p.logs.String())
+	}
+	t.Logf("%d requests completed, %d clients refused after shutdown", completed, refused)
+}

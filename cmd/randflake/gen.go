@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"strconv"
+
+	"github.com/randflake/randflake"
+)
+
+func runGen(e *env, args []string) error {
+	fs := newFlags(e, "gen", "gen [-n N] [--format string|int|json] [node and secret flags]\n\nPrints N new IDs, one per line (json: one JSON array). Without node flags\nthe node IDs are claimed from the state directory, as by serve.")
+	n := fs.Int64("n", 1, "number of IDs")
+	format := fs.String("format", "string", "output: string (base32hex), int (decimal) or json (array of strings)")
+	var sf secretFlags
+	sf.register(fs)
+	var lf leaseFlags
+	lf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *n < 0 {
+		return usagef("-n must not be negative")
+	}
+	if *format != "string" && *format != "int" && *format != "json" {
+		return usagef("--format must be string, int or json")
+	}
+	secret, err := sf.load(e)
+	if err != nil {
+		return err
+	}
+	g, err := lf.open(e, secret)
+	clear(secret)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+
+	w := bufio.NewWriterSize(e.stdout, 64<<10)
+	if *format == "json" {
+		w.WriteByte('[')
+	}
+	buf := make([]int64, min(*n, 8192))
+	line := make([]byte, 0, 32)
+	for done := int64(0); done < *n; {
+		batch := buf[:min(int64(len(buf)), *n-done)]
+		got, err := g.GenerateBatch(batch)
+		for i, id := range batch[:got] {
+			line = line[:0]
+			switch *format {
+			case "string":
+				line = randflake.AppendString(line, id)
+				line = append(line, '\n')
+			case "int":
+				line = strconv.AppendInt(line, id, 10)
+				line = append(line, '\n')
+			case "json":
+				if done+int64(i) > 0 {
+					line = append(line, ',')
+				}
+				line = append(line, '"')
+				line = randflake.AppendString(line, id)
+				line = append(line, '"')
+			}
+			if _, werr := w.Write(line); werr != nil {
+				return werr
+			}
+		}
+		done += int64(got)
+		if err != nil {
+			if err == randflake.ErrResourceExhausted || err == randflake.ErrConsistencyViolation {
+				g.wait() // the next second brings new sequence numbers
+				continue
+			}
+			w.Flush()
+			return fmt.Errorf("after %d IDs: %w", done, err)
+		}
+	}
+	if *format == "json" {
+		w.WriteString("]\n")
+	}
+	return w.Flush()
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+)
+
+// secretFlags are the flags every subcommand that needs the secret takes.
+type secretFlags struct {
+	file string
+}
+
+func (s *secretFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.file, "secret-file", "", "file holding the 16-byte secret (raw or 32 hex digits); default $RANDFLAKE_SECRET_FILE, then $RANDFLAKE_SECRET (hex), then the state directory")
+}
+
+// load finds the secret: --secret-file, $RANDFLAKE_SECRET_FILE,
+// $RANDFLAKE_SECRET, or the state directory (created with a new secret on
+// first use). The secret is never printed; errors name its source only.
+func (s *secretFlags) load(e *env) ([]byte, error) {
+	if s.file != "" {
+		return readSecretFile(s.file)
+	}
+	if f := e.getenv("RANDFLAKE_SECRET_FILE"); f != "" {
+		return readSecretFile(f)
+	}
+	if h := e.getenv("RANDFLAKE_SECRET"); h != "" {
+		b, err := parseSecret([]byte(h))
+		if err != nil {
+			return nil, fmt.Errorf("$RANDFLAKE_SECRET: %w", err)
+		}
+		return b, nil
+	}
+	return stateSecret(e)
+}
+
+// readSecretFile reads a secret file, refusing one that other users can
+// read or write.
+func readSecretFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("secret file %s is not a regular file", path)
+	}
+	if runtime.GOOS != "windows" && st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("secret file %s has mode %v; others must not be able to read or write it (chmod 600)", path, st.Mode().Perm())
+	}
+	buf := make([]byte, 128)
+	n, err := f.Read(buf)
+	if err != nil && n == 0 {
+		return nil, fmt.Errorf("secret file %s: %w", path, err)
+	}
+	if n == len(buf) {
+		return nil, fmt.Errorf("secret file %s is too long for a 16-byte secret", path)
+	}
+	b, err := parseSecret(buf[:n])
+	clear(buf)
+	if err != nil {
+		return nil, fmt.Errorf("secret file %s: %w", path, err)
+	}
+	return b, nil
+}
+
+var errSecretFormat = errors.New("a secret is 16 bytes, or 32 hexadecimal digits")
+
+// parseSecret accepts 16 raw bytes or 32 hex digits with optional
+// surrounding white space.
+func parseSecret(b []byte) ([]byte, error) {
+	if len(b) == 16 {
+		return bytes.Clone(b), nil
+	}
+	t := bytes.TrimSpace(b)
+	if len(t) != 32 {
+		return nil, errSecretFormat
+	}
+	out := make([]byte, 16)
+	if _, err := hex.Decode(out, t); err != nil {
+		return nil, errSecretFormat
+	}
+	return out, nil
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
