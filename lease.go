@@ -1,0 +1,180 @@
+package randflake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Lease is a claim on a contiguous range of node IDs for an interval of
+// Unix seconds: while it holds, its holder may issue IDs whose node ID is in
+// FirstNode..LastNode and whose timestamp is in Start..End, and nobody else
+// may. Both ranges are inclusive.
+type Lease struct {
+	// FirstNode and LastNode bound the node IDs, 0 <= FirstNode <=
+	// LastNode <= MaxNode.
+	FirstNode, LastNode int64
+	// Start is the first second the holder may put in an ID. A source sets
+	// it strictly after the newest second any earlier holder of these node
+	// IDs may have used, so the holder's IDs cannot collide with theirs
+	// even if its clock is behind theirs. It does not change on renewal.
+	Start int64
+	// End is the last second the holder may put in an ID. A source has
+	// recorded it, where the next holder will read it, before handing the
+	// lease out. Renewal only moves it forward.
+	End int64
+}
+
+// Nodes returns the number of node IDs in the lease.
+func (l Lease) Nodes() int64 { return l.LastNode - l.FirstNode + 1 }
+
+// String describes the lease for logs: node range and validity in UTC.
+func (l Lease) String() string {
+	return fmt.Sprintf("node IDs %d-%d from %s to %s", l.FirstNode, l.LastNode, formatSecond(l.Start), formatSecond(l.End))
+}
+
+func formatSecond(s int64) string {
+	return time.Unix(s, 0).UTC().Format(time.RFC3339)
+}
+
+// validate checks that the lease can back a Sharded generator.
+func (l Lease) validate() error {
+	if l.FirstNode < 0 || l.LastNode > RANDFLAKE_MAX_NODE || l.FirstNode > l.LastNode {
+		return fmt.Errorf("%w (lease %d-%d)", ErrInvalidNode, l.FirstNode, l.LastNode)
+	}
+	if err := checkLease(l.Start, l.End); err != nil {
+		return fmt.Errorf("%w (lease from %d to %d)", err, l.Start, l.End)
+	}
+	return nil
+}
+
+// LeaseSource hands out node-ID leases: a fixed range from configuration
+// (StaticSource), file locks on one machine (package statedir) or a
+// coordination service (module etcdlease). Leased calls its methods from
+// one goroutine at a time; a source holds at most one lease at a time.
+type LeaseSource interface {
+	// Acquire claims node IDs. The lease's Start lies strictly after every
+	// second an earlier holder of these node IDs may have used, and its End
+	// is recorded as the newest second this holder may use.
+	Acquire(ctx context.Context) (Lease, error)
+	// Renew extends l, the lease last returned. It returns a lease with the
+	// same nodes and Start and an End no earlier than l.End, recorded
+	// before Renew returns. An error that wraps ErrLeaseLost means the
+	// claim is gone for good (the node IDs may pass to someone else after
+	// l.End); the source then holds no lease and may Acquire again. Other
+	// errors are transient: the lease stays valid until l.End and Renew may
+	// be tried again.
+	Renew(ctx context.Context, l Lease) (Lease, error)
+	// Release gives the node IDs up at once. The caller has stopped
+	// issuing IDs on them; lastUsed is the newest second it put in an ID
+	// (0 if none), which the source records as the bound the next holder
+	// starts after (never less than l.Start-1).
+	Release(ctx context.Context, l Lease, lastUsed int64) error
+}
+
+// Errors of leases and leased generators.
+var (
+	// ErrLeaseLost: the lease source no longer holds the node IDs; they may
+	// pass to another holder once the lease's End has passed.
+	ErrLeaseLost = errors.New("randflake: lease lost, the node IDs may pass to another holder")
+	// ErrClosed: the leased generator has been closed.
+	ErrClosed = errors.New("randflake: leased generator closed")
+)
+
+// StaticSource is a LeaseSource for a node range fixed by configuration,
+// such as one derived from a Kubernetes StatefulSet ordinal. Its lease never
+// ends, and it records nothing: the deployment guarantees that no two
+// processes use the range at the same time (a StatefulSet runs at most one
+// pod per ordinal).
+//
+// A restarted holder must not reuse a second its predecessor may have used,
+// and only the clock tells it which seconds those are: its lease starts
+// at the second after it acquired it, plus MaxClockSkew rounded up to whole
+// seconds. That is safe if the predecessor stopped before the successor
+// started and the successor's clock is at most MaxClockSkew behind the
+// predecessor's (which matters when the range moves between machines).
+type StaticSource struct {
+	// FirstNode and LastNode bound the node IDs, inclusive.
+	FirstNode, LastNode int64
+	// MaxClockSkew is how far the clock of a restarted holder may be
+	// behind that of its predecessor; the lease starts that much later.
+	MaxClockSkew time.Duration
+}
+
+// Acquire returns a lease on the configured range from the next second
+// (plus MaxClockSkew) to MaxTimestamp.
+func (s StaticSource) Acquire(ctx context.Context) (Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
+	if s.MaxClockSkew < 0 {
+		return Lease{}, errors.New("randflake: negative MaxClockSkew")
+	}
+	skew := int64((s.MaxClockSkew + time.Second - 1) / time.Second)
+	l := Lease{
+		FirstNode: s.FirstNode,
+		LastNode:  s.LastNode,
+		Start:     time.Now().Unix() + 1 + skew,
+		End:       RANDFLAKE_MAX_TIMESTAMP,
+	}
+	if err := l.validate(); err != nil {
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+// Renew returns l unchanged: a static lease does not end.
+func (s StaticSource) Renew(ctx context.Context, l Lease) (Lease, error) { return l, nil }
+
+// Release does nothing: a static source records nothing.
+func (s StaticSource) Release(ctx context.Context, l Lease, lastUsed int64) error { return nil }
+
+// StatefulSetSource returns the static source of a Kubernetes StatefulSet
+// pod: the pod with ordinal k gets node IDs k*nodesPerPod to
+// (k+1)*nodesPerPod-1, so replicas x nodesPerPod must not exceed 131,072.
+//
+// The ordinal is read from the environment variable env, which may hold the
+// ordinal itself (from the pod label apps.kubernetes.io/pod-index through
+// the downward API) or the pod name, whose suffix after the last '-' is the
+// ordinal ("web-3"). If env is empty or unset, the host name is used, which
+// in a StatefulSet is the pod name.
+func StatefulSetSource(env string, nodesPerPod int64) (StaticSource, error) {
+	if nodesPerPod < 1 || nodesPerPod > RANDFLAKE_MAX_NODE+1 {
+		return StaticSource{}, fmt.Errorf("randflake: nodes per pod must be between 1 and %d, not %d", RANDFLAKE_MAX_NODE+1, nodesPerPod)
+	}
+	name, from := "", "host name"
+	if env != "" {
+		name, from = os.Getenv(env), "$"+env
+	}
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return StaticSource{}, fmt.Errorf("randflake: StatefulSet ordinal: %w", err)
+		}
+		name, from = h, "host name"
+	}
+	ord, err := parseOrdinal(name)
+	if err != nil {
+		return StaticSource{}, fmt.Errorf("randflake: StatefulSet ordinal from %s %q: %w", from, name, err)
+	}
+	if ord > (RANDFLAKE_MAX_NODE+1)/nodesPerPod-1 {
+		return StaticSource{}, fmt.Errorf("randflake: StatefulSet ordinal %d x %d node IDs per pod exceeds the %d node IDs", ord, nodesPerPod, RANDFLAKE_MAX_NODE+1)
+	}
+	return StaticSource{FirstNode: ord * nodesPerPod, LastNode: (ord+1)*nodesPerPod - 1}, nil
+}
+
+// parseOrdinal reads "3" or "web-3" as 3.
+func parseOrdinal(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '-'); i >= 0 {
+		s = s[i+1:]
+	}
+	if s == "" || strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
+		return 0, errors.New("no ordinal: want a number or a name ending in -NUMBER")
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
