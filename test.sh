@@ -14,5 +14,11 @@ echo "== library: vet and tests under -race"
 go vet ./...
 go test -race -count=1 ./...
 
+echo "== etcd lease module: vet and tests against an in-process etcd"
+(cd etcdlease && go vet ./... && go test -count=1 ./...)
+
+echo "== command module (randflake gen/inspect/serve/...): vet and tests under -race"
+(cd cmd/randflake && go vet ./... && go test -race -count=1 ./...)
+
 echo "== bench module: vet, and every benchmark once"
 (cd bench && go vet ./... && go test -count=1 -run . -bench . -benchtime 1x ./... >/dev/null && echo "bench: every benchmark ran once")

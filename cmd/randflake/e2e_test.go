@@ -448,8 +448,8 @@ func TestServeGracefulShutdown(t *testing.T) {
 				err = json.NewDecoder(resp.Body).Decode(&got)
 				resp.Body.Close()
 				n := len(got.IDs)
-				if resp.StatusCode != 200 || n != 10000 {
-					t.Errorf("during shutdown: status %d, %d IDs", resp.StatusCode, n)
+				if resp.StatusCode != 200 || n != 10000 || err != nil {
+					t.Errorf("during shutdown: status %d, %d IDs, %v", resp.StatusCode, n, err)
 					return
 				}
 				mu.Lock()

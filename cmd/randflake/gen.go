@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"github.com/randflake/randflake/statedir"
 	"strconv"
 
 	"github.com/randflake/randflake"
@@ -28,11 +30,11 @@ func runGen(e *env, args []string) error {
 	if *format != "string" && *format != "int" && *format != "json" {
 		return usagef("--format must be string, int or json")
 	}
-	secret, err := sf.load(e)
+	secret, err := sf.explicit(e)
 	if err != nil {
 		return err
 	}
-	g, err := lf.open(e, secret)
+	g, err := lf.open(e, secret, statedir.BlockSize)
 	clear(secret)
 	if err != nil {
 		return err
@@ -71,7 +73,7 @@ func runGen(e *env, args []string) error {
 		}
 		done += int64(got)
 		if err != nil {
-			if err == randflake.ErrResourceExhausted || err == randflake.ErrConsistencyViolation {
+			if errors.Is(err, randflake.ErrResourceExhausted) || errors.Is(err, randflake.ErrConsistencyViolation) {
 				g.wait() // the next second brings new sequence numbers
 				continue
 			}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -9,44 +11,53 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/etcdlease"
+	"github.com/randflake/randflake/statedir"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
-// leaseFlags choose where the node IDs come from.
+// leaseFlags choose where the node IDs come from: the state directory
+// (default), a static range, or etcd.
 type leaseFlags struct {
-	nodes string
-	etcd  string
-	state string
+	nodes  string
+	etcd   string
+	prefix string
+	claim  int64
+	ttl    time.Duration
 }
 
 func (l *leaseFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&l.nodes, "nodes", "", "use the static node-ID range FIRST-LAST (you guarantee no other process uses it)")
-	fs.StringVar(&l.etcd, "etcd", "", "claim node IDs from etcd at these comma-separated endpoints")
-	fs.StringVar(&l.state, "state-dir", "", "state directory for the embedded default ($RANDFLAKE_STATE_DIR, else a per-user directory)")
+	fs.StringVar(&l.nodes, "nodes", "", "use the static node-ID range FIRST-LAST (you guarantee that no other process uses it)")
+	fs.StringVar(&l.etcd, "etcd", "", "claim node IDs from etcd at these comma-separated endpoints (needs an explicit fleet secret)")
+	fs.StringVar(&l.prefix, "etcd-prefix", "", "etcd key prefix of the claims (default "+etcdlease.DefaultPrefix+")")
+	fs.Int64Var(&l.claim, "claim", 0, "node IDs to claim from the state directory or etcd (default: 1024 from the state directory, 16 from etcd)")
+	fs.DurationVar(&l.ttl, "etcd-ttl", 0, "etcd lease TTL: a crashed process's node IDs are free again after it (default 10s)")
 }
 
-// leased is a sharded generator bound to its node-ID source.
+// leased is a generator bound to its node-ID source.
 type leased struct {
-	*randflake.Sharded
+	*randflake.Leased
 	describe string
-	release  func() error
+	cleanup  func()
 	once     sync.Once
 	err      error
 }
 
-// LeaseEnd returns the Unix second at which the lease ends.
-func (g *leased) LeaseEnd() int64 {
-	_, _, _, end := g.Lease()
-	return end
-}
+// LeaseEnd returns the Unix second at which the current lease ends.
+func (g *leased) LeaseEnd() int64 { return g.Lease().End }
 
 // Describe names the node IDs in use, for logs.
-func (g *leased) Describe() string { return g.describe }
+func (g *leased) Describe() string { return g.describe + " " + g.Lease().String() }
 
 // Close releases the node IDs; it may be called more than once.
 func (g *leased) Close() error {
 	g.once.Do(func() {
-		if g.release != nil {
-			g.err = g.release()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g.err = g.Leased.Close(ctx)
+		if g.cleanup != nil {
+			g.cleanup()
 		}
 	})
 	return g.err
@@ -58,21 +69,88 @@ func (g *leased) wait() {
 	time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now))
 }
 
-func (l *leaseFlags) open(e *env, secret []byte) (*leased, error) {
+// open acquires node IDs. secret may be nil: the state directory's secret
+// is used then, except with etcd, where every machine must share one.
+func (l *leaseFlags) open(e *env, secret []byte, defaultClaim int64) (*leased, error) {
 	if l.nodes != "" && l.etcd != "" {
 		return nil, usagef("--nodes and --etcd exclude each other")
 	}
+	if l.claim < 0 || l.ttl < 0 {
+		return nil, usagef("--claim and --etcd-ttl must not be negative")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	switch {
 	case l.nodes != "":
 		first, last, err := parseNodeRange(l.nodes)
 		if err != nil {
 			return nil, err
 		}
-		return openStatic(secret, first, last)
+		if secret == nil {
+			if secret, err = stateSecret(); err != nil {
+				return nil, err
+			}
+		}
+		g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
+			Secret: secret,
+			Source: randflake.StaticSource{FirstNode: first, LastNode: last},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &leased{Leased: g, describe: "static"}, nil
 	case l.etcd != "":
-		return openEtcd(e, secret, l.etcd)
+		if secret == nil {
+			return nil, errors.New("--etcd needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
+		}
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints:   strings.Split(l.etcd, ","),
+			DialTimeout: 5 * time.Second,
+			Logger:      zap.NewNop(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("etcd: %w", err)
+		}
+		g, err := etcdlease.NewLeased(ctx, secret, etcdlease.Config{
+			Client: cli, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl,
+		})
+		if err != nil {
+			cli.Close()
+			return nil, fmt.Errorf("etcd: %w", err)
+		}
+		return &leased{Leased: g, describe: "etcd", cleanup: func() { cli.Close() }}, nil
 	}
-	return openState(e, secret, l.state)
+	d, err := statedir.Open("")
+	if err != nil {
+		return nil, err
+	}
+	if secret == nil {
+		secret = d.Secret()
+		defer clear(secret)
+	}
+	claim := l.claim
+	if claim == 0 {
+		claim = defaultClaim
+	}
+	src, err := d.Source(statedir.Options{Nodes: claim})
+	if err != nil {
+		return nil, err
+	}
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: src})
+	if err != nil {
+		return nil, err
+	}
+	return &leased{Leased: g, describe: "state directory " + d.Path()}, nil
+}
+
+// stateSecret returns the state directory's secret, creating the directory
+// and the secret on first use.
+func stateSecret() ([]byte, error) {
+	d, err := statedir.Open("")
+	if err != nil {
+		return nil, err
+	}
+	return d.Secret(), nil
 }
 
 // parseNodeRange parses FIRST-LAST (or a single node ID).
@@ -87,20 +165,4 @@ func parseNodeRange(s string) (first, last int64, err error) {
 		return 0, 0, usagef("--nodes %q: want FIRST-LAST with 0 <= FIRST <= LAST <= %d", s, randflake.MaxNode)
 	}
 	return first, last, nil
-}
-
-// openStatic uses a fixed node range. It starts issuing at the next second,
-// so that a process restarted within a second never reuses the second its
-// predecessor issued in (assuming the clock does not step back).
-func openStatic(secret []byte, first, last int64) (*leased, error) {
-	start := time.Now().Unix() + 1
-	s, err := randflake.NewSharded(randflake.ShardedConfig{
-		Secret: secret, FirstNode: first, LastNode: last,
-		LeaseStart: start, LeaseEnd: randflake.MaxTimestamp,
-	})
-	if err != nil {
-		return nil, err
-	}
-	time.Sleep(time.Until(time.Unix(start, 0)))
-	return &leased{Sharded: s, describe: fmt.Sprintf("static %d-%d", first, last)}, nil
 }

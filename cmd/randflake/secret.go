@@ -19,10 +19,10 @@ func (s *secretFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.file, "secret-file", "", "file holding the 16-byte secret (raw or 32 hex digits); default $RANDFLAKE_SECRET_FILE, then $RANDFLAKE_SECRET (hex), then the state directory")
 }
 
-// load finds the secret: --secret-file, $RANDFLAKE_SECRET_FILE,
-// $RANDFLAKE_SECRET, or the state directory (created with a new secret on
-// first use). The secret is never printed; errors name its source only.
-func (s *secretFlags) load(e *env) ([]byte, error) {
+// explicit returns the secret given by --secret-file, $RANDFLAKE_SECRET_FILE
+// or $RANDFLAKE_SECRET, or nil if none is. The secret is never printed;
+// errors name its source only.
+func (s *secretFlags) explicit(e *env) ([]byte, error) {
 	if s.file != "" {
 		return readSecretFile(s.file)
 	}
@@ -36,7 +36,17 @@ func (s *secretFlags) load(e *env) ([]byte, error) {
 		}
 		return b, nil
 	}
-	return stateSecret(e)
+	return nil, nil
+}
+
+// load returns the explicit secret or, without one, the state directory's
+// (created on first use).
+func (s *secretFlags) load(e *env) ([]byte, error) {
+	b, err := s.explicit(e)
+	if b != nil || err != nil {
+		return b, err
+	}
+	return stateSecret()
 }
 
 // readSecretFile reads a secret file, refusing one that other users can

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/randflake/randflake/statedir"
 	"log/slog"
 	"net"
 	"net/http"
@@ -62,11 +63,11 @@ SIGTERM or SIGINT: finish requests in flight, release the node IDs, exit 0.`)
 			return errors.New("inspection token: at least 16 characters are required")
 		}
 	}
-	secret, err := sf.load(e)
+	secret, err := sf.explicit(e)
 	if err != nil {
 		return err
 	}
-	g, err := lf.open(e, secret)
+	g, err := lf.open(e, secret, statedir.DefaultNodes)
 	clear(secret)
 	if err != nil {
 		return err

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// fetch returns count IDs from a running serve, as decimal strings.
+func fetch(t *testing.T, p *serveProcess, count int) []string {
+	t.Helper()
+	resp, err := http.Get(p.url + "/v1/ids?format=int&count=" + strconv.Itoa(count))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct{ IDs []string }
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 || len(got.IDs) != count {
+		t.Fatalf("fetch: %d, %v, %d IDs", resp.StatusCode, err, len(got.IDs))
+	}
+	return got.IDs
+}
+
+// nodesOf inspects IDs with the binary and returns the node IDs seen.
+func nodesOf(t *testing.T, env []string, ids []string) map[int64]int {
+	t.Helper()
+	args := []string{"inspect", "--json"}
+	for _, id := range ids {
+		args = append(args, "+"+id)
+	}
+	r := runBinary(t, "", env, args...)
+	if r.code != 0 {
+		t.Fatalf("inspect: %d %s", r.code, r.stderr)
+	}
+	nodes := map[int64]int{}
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var v struct{ Node int64 }
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatal(err)
+		}
+		nodes[v.Node]++
+	}
+	return nodes
+}
+
+func stop(t *testing.T, p *serveProcess) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Fatalf("serve exited with %v: %s", err, p.logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// With no configuration at all, serve creates the state directory and its
+// secret, claims node IDs, and a second process on the same machine gets
+// other node IDs; inspect reads both with the directory's secret.
+func TestServeWithoutConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	env := []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + dir}
+	a := startServeEnv(t, env)
+	b := startServeEnv(t, env)
+	idsA, idsB := fetch(t, a, 500), fetch(t, b, 500)
+	all := append(slices.Clone(idsA), idsB...)
+	slices.Sort(all)
+	if len(slices.Compact(all)) != 1000 {
+		t.Fatal("duplicate IDs between the two processes")
+	}
+	na, nb := nodesOf(t, env, idsA), nodesOf(t, env, idsB)
+	for n := range na {
+		if nb[n] > 0 {
+			t.Fatalf("node %d used by both processes", n)
+		}
+	}
+	st, err := os.Stat(dir + "/secret")
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file: %v %v", st, err)
+	}
+	stop(t, a)
+	stop(t, b)
+}
+
+func startServeEnv(t *testing.T, env []string, args ...string) *serveProcess {
+	t.Helper()
+	saved := secretEnv
+	secretEnv = env
+	defer func() { secretEnv = saved }()
+	return startServe(t, args...)
+}
+
+// startEtcd runs a single-member etcd in the test process on loopback
+// ports chosen by the kernel, with its logs silenced and short raft ticks.
+func startEtcd(t *testing.T) string {
+	t.Helper()
+	port := func() url.URL {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return url.URL{Scheme: "http", Host: ln.Addr().String()}
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "e2e"
+	cfg.Dir = t.TempDir()
+	client, peer := port(), port()
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	cfg.TickMs, cfg.ElectionMs = 10, 100
+	cfg.UnsafeNoFsync = true
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd not ready")
+	}
+	return client.Host
+}
+
+// serve --etcd: two processes claim disjoint node IDs from a real etcd and
+// release them on SIGTERM, after which a third process can take them.
+func TestServeWithEtcd(t *testing.T) {
+	endpoint := startEtcd(t)
+	args := []string{"--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s"}
+	a := startServe(t, args...)
+	b := startServe(t, args...)
+	idsA, idsB := fetch(t, a, 2000), fetch(t, b, 2000)
+	all := append(slices.Clone(idsA), idsB...)
+	slices.Sort(all)
+	if len(slices.Compact(all)) != 4000 {
+		t.Fatal("duplicate IDs between the two processes")
+	}
+	na, nb := nodesOf(t, secretEnv, idsA), nodesOf(t, secretEnv, idsB)
+	if len(na) > 4 || len(nb) > 4 {
+		t.Fatalf("more node IDs than claimed: %v %v", na, nb)
+	}
+	for n := range na {
+		if nb[n] > 0 {
+			t.Fatalf("node %d used by both processes", n)
+		}
+	}
+	stop(t, a)
+	c := startServe(t, args...)
+	idsC := fetch(t, c, 100)
+	all = append(all, idsC...)
+	slices.Sort(all)
+	if len(slices.Compact(all)) != 4100 {
+		t.Fatal("duplicate IDs after takeover")
+	}
+	stop(t, b)
+	stop(t, c)
+	// Without an explicit secret --etcd refuses to start.
+	r := runBinary(t, "", []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + t.TempDir()}, "serve", "--etcd", endpoint)
+	if r.code != 1 || !strings.Contains(r.stderr, "shared secret") {
+		t.Fatalf("serve --etcd without a secret: %d %q", r.code, r.stderr)
+	}
+}
