@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# CI: the benchmark report tool (bench/cmd/benchreport) must keep working.
+# Runs its tests, its smoke mode (every benchmark for a few milliseconds,
+# through the whole pipeline into a temp dir, the report and charts checked),
+# and checks that the committed BENCHMARKS.md and charts are well-formed and
+# exactly what the committed bench/results/*.json render to. Writes nothing
+# outside a temp dir; exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+committed() { sha256sum BENCHMARKS.md bench/results/* 2>/dev/null || true; }
+committed >"$tmp/before"
+
+cd bench
+go vet ./cmd/benchreport
+go test -count=1 ./cmd/benchreport
+go run ./cmd/benchreport -short -out "$tmp/smoke"
+go run ./cmd/benchreport -verify
+cd ..
+
+committed >"$tmp/after"
+if ! cmp -s "$tmp/before" "$tmp/after"; then
+	echo "bench-smoke: committed report files changed:" >&2
+	diff "$tmp/before" "$tmp/after" >&2 || true
+	exit 1
+fi
+echo "bench-smoke: ok"
