@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +31,7 @@ const benchChildEnv = "RANDFLAKE_BENCH_CHILD"
 func runBench(e *env, args []string) error {
 	fs := newFlags(e, "bench", "bench [--json]\n\nPrints this CPU's brand, features and microarchitecture level, the kernel\nrandflake selects, and ns per ID for every kernel the CPU supports: one\nblock, batches of 1,024, and the sharded generator (single ID, batch,\nparallel). Each kernel is measured in a child process started with\nRANDFLAKE_KERNEL set. Takes about 2 seconds per kernel.")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
+	quick := fs.Bool("quick", false, "measure for 50ms per figure instead of 1s (rough figures, for smoke tests)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -36,6 +39,12 @@ func runBench(e *env, args []string) error {
 		return usagef("no arguments are taken")
 	}
 	if e.getenv(benchChildEnv) != "" {
+		testing.Init()
+		if *quick {
+			if err := flag.Set("test.benchtime", "50ms"); err != nil {
+				return err
+			}
+		}
 		return json.NewEncoder(e.stdout).Encode(measureKernel())
 	}
 	self, err := os.Executable()
@@ -47,7 +56,7 @@ func runBench(e *env, args []string) error {
 	kernels := randflake.Kernels()
 	for i, k := range kernels {
 		fmt.Fprintf(e.stderr, "measuring kernel %s (%d of %d)...\n", k, i+1, len(kernels))
-		cmd := exec.Command(self, "bench")
+		cmd := exec.Command(self, "bench", "--quick="+strconv.FormatBool(*quick))
 		cmd.Env = append(os.Environ(), benchChildEnv+"=1", "RANDFLAKE_KERNEL="+k)
 		cmd.Stderr = e.stderr
 		out, err := cmd.Output()

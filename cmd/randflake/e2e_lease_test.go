@@ -54,9 +54,12 @@ func nodesOf(t *testing.T, env []string, ids []string) map[int64]int {
 	return nodes
 }
 
+// stop sends SIGTERM to serve and fails unless it exits 0 within 15s.
 func stop(t *testing.T, p *serveProcess) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-p.done:
 		p.done <- err

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -459,21 +458,35 @@ func TestServeGracefulShutdown(t *testing.T) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			t.Fatalf("serve exited with %v: %s", err, p.logs.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	stop(t, p) // SIGTERM, and the process must exit 0
 	wg.Wait()
 	if completed == 0 || !strings.Contains(p.logs.String(), "msg=stopped") {
 		t.Fatalf("completed %d requests; logs %s", completed, p.logs.String())
 	}
 	t.Logf("%d requests completed, %d clients refused after shutdown", completed, refused)
+}
+
+func TestBench(t *testing.T) {
+	r := runBinary(t, "", nil, "bench", "--quick", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench: %d %s", r.code, r.stderr)
+	}
+	var out struct {
+		Selected string
+		Results  []benchResult
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Selected != randflake.Kernel() || len(out.Results) != len(randflake.Kernels()) {
+		t.Fatalf("bench: %+v", out)
+	}
+	for i, res := range out.Results {
+		if res.Kernel != randflake.Kernels()[i] || res.Single <= 0 || res.Batch <= 0 || res.Generate <= 0 || res.GenBatch <= 0 || res.Parallel <= 0 {
+			t.Fatalf("bench result %+v", res)
+		}
+	}
+	if n := strings.Count(r.stderr, "measuring kernel"); n != len(out.Results) {
+		t.Fatalf("progress lines: %q", r.stderr)
+	}
 }
