@@ -29,29 +29,39 @@ var coarse struct {
 
 // coarseNow returns the current Unix second, at most clockTick old.
 func coarseNow() int64 {
-	if w := coarse.word.Load(); w&1 != 0 {
-		return w >> 1
+	if now, ok := coarseFast(); ok {
+		return now
 	}
-	return coarseNowSlow()
+	return coarseWordSlow() >> 1
 }
 
-func coarseNowSlow() int64 {
+// coarseFast is the inlinable fast path of coarseNow: the current second,
+// and whether it was valid to use without the slow path. Hot paths call it
+// directly and fall back to coarseNow.
+func coarseFast() (int64, bool) {
+	w := coarse.word.Load()
+	return w >> 1, w&1 != 0
+}
+
+// coarseWordSlow marks the clock as used, starting the ticker if it is
+// stopped, and returns the clock word.
+func coarseWordSlow() int64 {
 	for {
 		w := coarse.word.Load()
 		if w != 0 {
 			if w&1 != 0 || coarse.word.CompareAndSwap(w, w|1) {
-				return w >> 1
+				return w | 1
 			}
 			continue
 		}
 		// Stopped: start the ticker, unless another reader just did.
 		coarse.mu.Lock()
 		if coarse.word.Load() == 0 {
-			now := time.Now().Unix()
-			coarse.word.Store(now<<1 | 1)
+			w = time.Now().Unix()<<1 | 1
+			coarse.word.Store(w)
 			go runCoarseClock()
 			coarse.mu.Unlock()
-			return now
+			return w
 		}
 		coarse.mu.Unlock()
 	}

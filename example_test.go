@@ -102,3 +102,31 @@ func ExampleSparx64_EncryptIDs() {
 	fmt.Println(ids)
 	// Output: [1 2 3]
 }
+
+// A worker goroutine that takes many IDs one at a time keeps a Local: no
+// atomic operation per ID.
+func ExampleSharded_NewLocal() {
+	now := time.Now().Unix()
+	s, err := randflake.NewSharded(randflake.ShardedConfig{
+		Secret:     []byte("super-secret-key"),
+		FirstNode:  0,
+		LastNode:   63,
+		LeaseStart: now,
+		LeaseEnd:   now + 3600,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	events := []string{"a", "b", "c"}
+	local := s.NewLocal() // owned by this goroutine
+	seen := map[int64]bool{}
+	for range events {
+		id, err := local.Generate()
+		if err != nil {
+			log.Fatal(err)
+		}
+		seen[id] = true
+	}
+	fmt.Println(len(seen))
+	// Output: 3
+}

@@ -148,11 +148,11 @@ func (s *Sharded) checkClock(now int64) error {
 // shard buffer, so the clock and the cipher are paid once per batch.
 func (s *Sharded) Generate() (int64, error) {
 	sh := s.shards[s.pick()]
-	var now int64
-	if s.timeSource == nil {
-		now = coarseNow()
-	} else {
+	now, ok := coarseFast()
+	if s.timeSource != nil {
 		now = s.timeSource()
+	} else if !ok {
+		now = coarseNow()
 	}
 	if err := s.checkClock(now); err != nil {
 		return 0, err

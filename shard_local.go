@@ -1,0 +1,76 @@
+package randflake
+
+// localSize is the number of IDs a Local encrypts per refill.
+const localSize = 512
+
+// Local is a generator handle for one goroutine: it hands out IDs from a
+// private buffer that it refills from its Sharded generator with one
+// reservation and one SIMD pass per localSize IDs. With no atomic operation
+// and no shard lookup per ID it is the fastest way to take IDs one at a
+// time, for a worker goroutine that generates many.
+//
+// A Local must not be used by more than one goroutine at a time. IDs still
+// in its buffer when it is dropped are never handed out (they leave gaps,
+// never duplicates). Its IDs obey the rules of Sharded.Generate: inside the
+// lease, and never more than one second behind the clock.
+type Local struct {
+	s   *Sharded
+	pos int
+	n   int
+	sec int64 // the second of the buffered IDs
+	ids [localSize]uint64
+}
+
+// NewLocal returns a Local handle on s.
+func (s *Sharded) NewLocal() *Local { return &Local{s: s} }
+
+// Generate returns a new encrypted ID.
+func (l *Local) Generate() (int64, error) {
+	s := l.s
+	now, ok := coarseFast()
+	if s.timeSource != nil {
+		now = s.timeSource()
+	} else if !ok {
+		now = coarseNow()
+	}
+	if err := s.checkClock(now); err != nil {
+		return 0, err
+	}
+	if l.pos < l.n && l.sec >= now-1 {
+		id := l.ids[l.pos]
+		l.pos++
+		return int64(id), nil
+	}
+	return l.refill(now)
+}
+
+// refill reserves and encrypts a new buffer at second now and returns its
+// first ID.
+func (l *Local) refill(now int64) (int64, error) {
+	s := l.s
+	sh := s.shards[s.pick()]
+	n := 0
+	var sec int64
+	var err error
+	for n < localSize {
+		var sc, nodeID, seq int64
+		var got int
+		sc, nodeID, seq, got, err = s.reserve(sh, now, localSize-n)
+		if err != nil || (n > 0 && sc != sec) {
+			break // keep one second per buffer
+		}
+		sec = sc
+		first := rawID(sec, nodeID, seq)
+		for j := range l.ids[n : n+got] {
+			l.ids[n+j] = first + uint64(j)
+		}
+		n += got
+	}
+	l.pos, l.n, l.sec = 0, n, sec
+	if n == 0 {
+		return 0, err
+	}
+	s.cipher.EncryptIDs(l.ids[:n], l.ids[:n])
+	l.pos = 1
+	return int64(l.ids[0]), nil
+}
