@@ -256,24 +256,7 @@ func (s *Sharded) fillRaw(sh *shard, now int64, b *lapBuffer) (count uint64, sec
 	} else {
 		scratch = &b.ids
 	}
-	n := 0
-	for n < ringSize {
-		sc, nodeID, seq, got, err := s.reserve(sh, now, ringSize-n)
-		if err != nil {
-			break
-		}
-		if n > 0 && sc != sec {
-			// A clock step back put this node on a later second; keep
-			// one second per lap.
-			break
-		}
-		sec = sc
-		first := rawID(sec, nodeID, seq)
-		for j := range scratch[n : n+got] {
-			scratch[n+j] = first + uint64(j)
-		}
-		n += got
-	}
+	n, sec, _ := s.reserveRaw(sh, now, scratch[:])
 	if n == 0 {
 		return 0, 0
 	}
@@ -284,6 +267,33 @@ func (s *Sharded) fillRaw(sh *shard, now int64, b *lapBuffer) (count uint64, sec
 		}
 	}
 	return uint64(n), sec
+}
+
+// reserveRaw fills dst with raw IDs reserved at second now, moving across
+// node IDs as they fill up. All its IDs carry one second (after a clock step
+// back a node may answer with a later one; the run stops there). It returns
+// how many it wrote and their second, and the error that stopped it when it
+// wrote none.
+func (s *Sharded) reserveRaw(sh *shard, now int64, dst []uint64) (n int, sec int64, err error) {
+	for n < len(dst) {
+		sc, nodeID, seq, got, e := s.reserve(sh, now, len(dst)-n)
+		if e != nil {
+			if n == 0 {
+				err = e
+			}
+			break
+		}
+		if n > 0 && sc != sec {
+			break
+		}
+		sec = sc
+		first := rawID(sec, nodeID, seq)
+		for j := range dst[n : n+got] {
+			dst[n+j] = first + uint64(j)
+		}
+		n += got
+	}
+	return n, sec, err
 }
 
 // reserve takes up to k sequence numbers at second now from the shard's

@@ -48,24 +48,7 @@ func (l *Local) Generate() (int64, error) {
 // first ID.
 func (l *Local) refill(now int64) (int64, error) {
 	s := l.s
-	sh := s.shards[s.pick()]
-	n := 0
-	var sec int64
-	var err error
-	for n < localSize {
-		var sc, nodeID, seq int64
-		var got int
-		sc, nodeID, seq, got, err = s.reserve(sh, now, localSize-n)
-		if err != nil || (n > 0 && sc != sec) {
-			break // keep one second per buffer
-		}
-		sec = sc
-		first := rawID(sec, nodeID, seq)
-		for j := range l.ids[n : n+got] {
-			l.ids[n+j] = first + uint64(j)
-		}
-		n += got
-	}
+	n, sec, err := s.reserveRaw(s.shards[s.pick()], now, l.ids[:])
 	l.pos, l.n, l.sec = 0, n, sec
 	if n == 0 {
 		return 0, err
