@@ -30,12 +30,7 @@ func runGen(e *env, args []string) error {
 	if *format != "string" && *format != "int" && *format != "json" {
 		return usagef("--format must be string, int or json")
 	}
-	secret, err := sf.explicit(e)
-	if err != nil {
-		return err
-	}
-	g, err := lf.open(e, secret, statedir.BlockSize)
-	clear(secret)
+	g, err := openGenerator(e, &sf, &lf, statedir.BlockSize)
 	if err != nil {
 		return err
 	}

@@ -69,6 +69,17 @@ func (g *leased) wait() {
 	time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now))
 }
 
+// openGenerator acquires node IDs for a generator under the secret the
+// flags name (the state directory's when none is named).
+func openGenerator(e *env, sf *secretFlags, lf *leaseFlags, defaultClaim int64) (*leased, error) {
+	secret, err := sf.explicit(e)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(secret)
+	return lf.open(e, secret, defaultClaim)
+}
+
 // open acquires node IDs. secret may be nil: the state directory's secret
 // is used then, except with etcd, where every machine must share one.
 func (l *leaseFlags) open(e *env, secret []byte, defaultClaim int64) (*leased, error) {

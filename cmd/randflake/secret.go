@@ -6,8 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/randflake/randflake/statedir"
 	"os"
-	"runtime"
 )
 
 // secretFlags are the flags every subcommand that needs the secret takes.
@@ -24,10 +24,10 @@ func (s *secretFlags) register(fs *flag.FlagSet) {
 // errors name its source only.
 func (s *secretFlags) explicit(e *env) ([]byte, error) {
 	if s.file != "" {
-		return readSecretFile(s.file)
+		return statedir.LoadSecret(s.file)
 	}
 	if f := e.getenv("RANDFLAKE_SECRET_FILE"); f != "" {
-		return readSecretFile(f)
+		return statedir.LoadSecret(f)
 	}
 	if h := e.getenv("RANDFLAKE_SECRET"); h != "" {
 		b, err := parseSecret([]byte(h))
@@ -47,40 +47,6 @@ func (s *secretFlags) load(e *env) ([]byte, error) {
 		return b, err
 	}
 	return stateSecret()
-}
-
-// readSecretFile reads a secret file, refusing one that other users can
-// read or write.
-func readSecretFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("secret file %s is not a regular file", path)
-	}
-	if runtime.GOOS != "windows" && st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("secret file %s has mode %v; others must not be able to read or write it (chmod 600)", path, st.Mode().Perm())
-	}
-	buf := make([]byte, 128)
-	n, err := f.Read(buf)
-	if err != nil && n == 0 {
-		return nil, fmt.Errorf("secret file %s: %w", path, err)
-	}
-	if n == len(buf) {
-		return nil, fmt.Errorf("secret file %s is too long for a 16-byte secret", path)
-	}
-	b, err := parseSecret(buf[:n])
-	clear(buf)
-	if err != nil {
-		return nil, fmt.Errorf("secret file %s: %w", path, err)
-	}
-	return b, nil
 }
 
 var errSecretFormat = errors.New("a secret is 16 bytes, or 32 hexadecimal digits")

@@ -63,12 +63,7 @@ SIGTERM or SIGINT: finish requests in flight, release the node IDs, exit 0.`)
 			return errors.New("inspection token: at least 16 characters are required")
 		}
 	}
-	secret, err := sf.explicit(e)
-	if err != nil {
-		return err
-	}
-	g, err := lf.open(e, secret, statedir.DefaultNodes)
-	clear(secret)
+	g, err := openGenerator(e, &sf, &lf, statedir.DefaultNodes)
 	if err != nil {
 		return err
 	}
