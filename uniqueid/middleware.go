@@ -78,12 +78,14 @@ func FromContext(ctx context.Context) (string, bool) {
 }
 
 type middleware struct {
-	next     http.Handler
-	source   Source
-	header   string // canonical form
-	incoming string // canonical form; empty unless trusting
-	accept   func(string) bool
-	onError  func(w http.ResponseWriter, r *http.Request, err error)
+	next        http.Handler
+	source      Source
+	header      string // canonical form
+	headerVar   string // cgiVar(header)
+	incoming    string // canonical form; empty unless trusting
+	incomingVar string // cgiVar(incoming)
+	accept      func(string) bool
+	onError     func(w http.ResponseWriter, r *http.Request, err error)
 }
 
 // errSource stands in for a Source that could not be created.
@@ -103,6 +105,22 @@ func (e errSource) GenerateString() (string, error) { return "", e.err }
 //     down see and forward the same ID;
 //   - exported as UNIQUE_ID to CGI programs run through CGIHandler.
 //
+// Header names that differ from Options.Header only by ASCII case, '-'
+// and '_' name the same variable for a CGI program (net/http/cgi, like the
+// CGI specification, upper-cases a name and turns '-' into '_': Unique-Id,
+// Unique_id and UNIQUE-ID all become HTTP_UNIQUE_ID), and reverse proxies
+// and applications may also treat them as one. So that next sees the ID
+// under no name but Options.Header itself, Middleware deletes from the
+// request every header other than Options.Header whose name, upper-cased
+// with '-' (and '=') mapped to '_', equals Options.Header's, before calling
+// next. It treats variants of Options.IncomingHeader alike, keeping that
+// header itself unless it is a variant of Options.Header.
+// Unique__Id, whose variable is HTTP_UNIQUE__ID, is not such a variant and
+// is kept. With Options.TrustIncoming, only the exact header
+// Options.IncomingHeader (in canonical form, as net/http's server stores
+// it) is read; its variants are deleted whatever they contain and never
+// trusted.
+//
 // Middleware panics if a header name in opts is not a valid HTTP field
 // name.
 func Middleware(next http.Handler, opts Options) http.Handler {
@@ -118,6 +136,7 @@ func Middleware(next http.Handler, opts Options) http.Handler {
 	}
 	mustFieldName(m.header)
 	m.header = http.CanonicalHeaderKey(m.header)
+	m.headerVar = cgiVar(m.header)
 	if opts.TrustIncoming {
 		m.incoming = opts.IncomingHeader
 		if m.incoming == "" {
@@ -125,6 +144,7 @@ func Middleware(next http.Handler, opts Options) http.Handler {
 		}
 		mustFieldName(m.incoming)
 		m.incoming = http.CanonicalHeaderKey(m.incoming)
+		m.incomingVar = cgiVar(m.incoming)
 	}
 	if m.source == nil {
 		g, err := NewCurrent()
@@ -181,6 +201,57 @@ func plausible(v string) bool {
 	return true
 }
 
+// cgiByte maps a byte of a header name as net/http/cgi does when it names
+// the header's meta-variable HTTP_<NAME>: ASCII letters to upper case, '-'
+// (and '=', which cannot appear in an environment variable's name) to '_'.
+func cgiByte(c byte) byte {
+	switch {
+	case 'a' <= c && c <= 'z':
+		return c - ('a' - 'A')
+	case c == '-', c == '=':
+		return '_'
+	}
+	return c
+}
+
+// cgiVar returns the name, without the HTTP_ prefix, of the CGI
+// meta-variable for the header name, which must be ASCII (field names
+// validated by mustFieldName are).
+func cgiVar(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		b[i] = cgiByte(c)
+	}
+	return string(b)
+}
+
+// sameVar reports whether the header name key, as it occurs in an
+// http.Header and so possibly not canonical, maps to the CGI meta-variable
+// v, an ASCII result of cgiVar. Bytes beyond ASCII map to themselves in
+// net/http/cgi and can never match v.
+func sameVar(key, v string) bool {
+	if len(key) != len(v) {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if cgiByte(key[i]) != v[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// dropVariants deletes from h every header that maps to the same CGI
+// meta-variable as the canonical name keep, and so differs from it only by
+// case, '-' or '_', except keep itself.
+func dropVariants(h http.Header, keep, v string) {
+	for k := range h {
+		if k != keep && sameVar(k, v) {
+			delete(h, k)
+		}
+	}
+}
+
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id, ok := "", false
 	if m.incoming != "" {
@@ -200,6 +271,15 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header == nil {
 		r.Header = make(http.Header)
 	}
+	// Only the exact canonical header was considered above. Variants of it
+	// are the client's and would reach CGI programs under the same name
+	// as the ID, so they go, as do variants of the token header. An
+	// incoming header that is itself a variant of the token header goes
+	// too, once read.
+	if m.incoming != "" && m.incomingVar != m.headerVar {
+		dropVariants(r.Header, m.incoming, m.incomingVar)
+	}
+	dropVariants(r.Header, m.header, m.headerVar)
 	r.Header.Set(m.header, id)
 	m.next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), id)))
 }
