@@ -288,11 +288,25 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // request's ID, as stored by Middleware, in the environment variable
 // UNIQUE_ID, as Apache httpd's mod_unique_id provides it. h is not modified:
 // each request runs a copy of it whose Env has UNIQUE_ID appended, which
-// takes precedence over any UNIQUE_ID in h.Env or h.InheritEnv. A request
-// without an ID in its context runs h unchanged.
+// takes precedence over any UNIQUE_ID in h.Env or h.InheritEnv. No request
+// header can set UNIQUE_ID, since net/http/cgi prefixes the variables of
+// headers with HTTP_.
+//
+// A client can, however, send a header that becomes HTTP_UNIQUE_ID:
+// Unique-Id or any name that differs from it only by ASCII case, '-' and
+// '_', such as Unique_id or UNIQUE-ID. CGIHandler never passes such a
+// header to the program, with or without Middleware, except the single
+// header Unique-Id holding exactly the request's ID, as Middleware sets it
+// with the default Options.Header. HTTP_UNIQUE_ID is thus either that ID
+// or absent. The request passed to CGIHandler is not modified; the program
+// gets a copy without the deleted headers.
+//
+// A request without an ID in its context runs h unchanged, without
+// HTTP_UNIQUE_ID.
 func CGIHandler(h *cgi.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := FromContext(r.Context())
+		r = withoutForgedID(r, id, ok)
 		if !ok {
 			h.ServeHTTP(w, r)
 			return
@@ -301,4 +315,35 @@ func CGIHandler(h *cgi.Handler) http.Handler {
 		hc.Env = append(slices.Clip(h.Env), "UNIQUE_ID="+id)
 		hc.ServeHTTP(w, r)
 	})
+}
+
+// cgiIDVar is the CGI meta-variable, less its HTTP_ prefix, of the
+// Unique-Id request header.
+const cgiIDVar = "UNIQUE_ID"
+
+// withoutForgedID returns r, or if needed a shallow copy of r with its own
+// Header map, in which no header maps to HTTP_UNIQUE_ID except Unique-Id
+// holding only id, when ok.
+func withoutForgedID(r *http.Request, id string, ok bool) *http.Request {
+	keep := func(k string, vs []string) bool {
+		return !sameVar(k, cgiIDVar) || ok && k == DefaultHeader && len(vs) == 1 && vs[0] == id
+	}
+	clean := true
+	for k, vs := range r.Header {
+		if !keep(k, vs) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return r
+	}
+	r2 := r.WithContext(r.Context())
+	r2.Header = make(http.Header, len(r.Header))
+	for k, vs := range r.Header {
+		if keep(k, vs) {
+			r2.Header[k] = vs
+		}
+	}
+	return r2
 }
