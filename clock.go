@@ -95,3 +95,11 @@ func runCoarseClock() {
 		}
 	}
 }
+
+// wallAtLeast returns the later of now, a coarse reading, and the wall
+// clock's second. Generators call it before refusing a lease that has not
+// started yet by the coarse clock, so that no call fails at a second the
+// wall clock has already reached.
+func wallAtLeast(now int64) int64 {
+	return max(now, time.Now().Unix())
+}

@@ -164,11 +164,18 @@ func (g *Generator) GetLeaseInfo() LeaseInfo {
 	return LeaseInfo{NodeID: g.nodeID, LeaseStart: g.leaseStart, LeaseEnd: g.leaseEnd.Load()}
 }
 
+// now returns the generator's clock: the TimeSource, or else the coarse
+// clock, moved to the wall clock's second when it still reads a second
+// before the lease's start (it lags by up to clockTick at a boundary).
 func (g *Generator) now() int64 {
 	if g.TimeSource != nil {
 		return g.TimeSource()
 	}
-	return coarseNow()
+	now := coarseNow()
+	if now < g.leaseStart {
+		now = wallAtLeast(now)
+	}
+	return now
 }
 
 // Generate returns a new encrypted ID.

@@ -136,12 +136,18 @@ func (s *Sharded) now() int64 {
 	return s.timeSource()
 }
 
-// checkClock reports whether now is inside the lease.
-func (s *Sharded) checkClock(now int64) error {
-	if now < s.leaseStart || now > s.leaseEnd.Load() {
-		return ErrInvalidLease
+// inLease returns now, or the wall clock's second when now, a coarse
+// reading, is still before the lease's start and the wall clock is not (at
+// a second boundary the coarse clock lags by up to clockTick), and
+// ErrInvalidLease if that second is outside the lease.
+func (s *Sharded) inLease(now int64) (int64, error) {
+	if now < s.leaseStart && s.timeSource == nil {
+		now = wallAtLeast(now)
 	}
-	return nil
+	if now < s.leaseStart || now > s.leaseEnd.Load() {
+		return now, ErrInvalidLease
+	}
+	return now, nil
 }
 
 // Generate returns a new encrypted ID. It serves IDs from the calling CPU's
@@ -154,7 +160,8 @@ func (s *Sharded) Generate() (int64, error) {
 	} else if !ok {
 		now = coarseNow()
 	}
-	if err := s.checkClock(now); err != nil {
+	now, err := s.inLease(now)
+	if err != nil {
 		return 0, err
 	}
 	for attempt := 0; attempt < 3; attempt++ {
@@ -229,10 +236,10 @@ func (s *Sharded) fill(sh *shard, lap uint64) {
 	// it on every architecture, so a reader that sees the old stamp after
 	// reading an ID has not read a new one.
 	b.stamp.Swap(stampWriting)
-	now := s.now()
+	now, err := s.inLease(s.now())
 	var count uint64
 	var sec int64
-	if s.checkClock(now) == nil {
+	if err == nil {
 		count, sec = s.fillRaw(sh, now, b)
 	}
 	b.sec.Store(sec)
@@ -371,12 +378,11 @@ func (s *Sharded) GenerateString() (string, error) {
 // that is less than len(dst), the error says why.
 func (s *Sharded) GenerateBatch(dst []int64) (int, error) {
 	sh := s.shards[s.pick()]
-	now := s.now()
-	if err := s.checkClock(now); err != nil {
+	now, err := s.inLease(s.now())
+	if err != nil {
 		return 0, err
 	}
 	done := 0
-	var err error
 	for done < len(dst) {
 		var sec, nodeID, seq int64
 		var got int

@@ -33,7 +33,8 @@ func (l *Local) Generate() (int64, error) {
 	} else if !ok {
 		now = coarseNow()
 	}
-	if err := s.checkClock(now); err != nil {
+	now, err := s.inLease(now)
+	if err != nil {
 		return 0, err
 	}
 	if l.pos < l.n && l.sec >= now-1 {
