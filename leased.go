@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,11 @@ type LeasedConfig struct {
 	// until the lease's end) and failed acquisitions after a lease was
 	// lost. It must not block for long.
 	OnError func(error)
+	// Logger, if set, receives the lease's events: acquired (node range,
+	// start and end), waiting for its start, renewal failed (with the
+	// source's error), renewed after failures, lost, re-acquired and
+	// released (with the newest second used). Nil logs nothing.
+	Logger *slog.Logger
 }
 
 // Leased is a Sharded generator bound to a LeaseSource: it takes its node
@@ -54,6 +60,7 @@ type Leased struct {
 	shards     int
 	timeSource func() int64
 	onError    func(error)
+	log        *slog.Logger
 	cipher     *Sparx64
 
 	gen     atomic.Pointer[Sharded]    // nil while no lease is held
@@ -64,7 +71,8 @@ type Leased struct {
 	lease Lease // the last lease held
 	held  bool  // whether lease is held now
 
-	backoff time.Duration // delay between failed acquisitions (renewal goroutine only)
+	backoff    time.Duration // delay between failed acquisitions (renewal goroutine only)
+	failLogged time.Time     // when a failed renewal was last logged (renewal goroutine only)
 
 	cancel    context.CancelFunc
 	done      chan struct{} // closed when the renewal goroutine returns
@@ -114,6 +122,7 @@ func NewLeased(ctx context.Context, cfg LeasedConfig) (*Leased, error) {
 		shards:     cfg.Shards,
 		timeSource: cfg.TimeSource,
 		onError:    cfg.OnError,
+		log:        cfg.Logger,
 		cipher:     c,
 		done:       make(chan struct{}),
 	}
@@ -123,9 +132,13 @@ func NewLeased(ctx context.Context, cfg LeasedConfig) (*Leased, error) {
 	}
 	l.lease, l.held = lease, true
 	l.gen.Store(g)
+	l.logLease(slog.LevelInfo, "randflake: lease acquired", lease)
 	loopCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	go l.run(loopCtx, l.renewDelay(lease))
+	if l.now() < lease.Start {
+		l.logLease(slog.LevelInfo, "randflake: waiting for the lease to start (a previous holder may have used the seconds before it)", lease)
+	}
 	if err := l.waitStart(ctx, lease.Start); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
@@ -223,6 +236,7 @@ func (l *Leased) step(ctx context.Context) time.Duration {
 		}
 		l.fail(cur, err)
 		if errors.Is(err, ErrLeaseLost) {
+			l.logLease(slog.LevelError, "randflake: lease lost: no more IDs on these node IDs", cur, "err", err)
 			if g := l.gen.Swap(nil); g != nil {
 				g.retire()
 			}
@@ -232,7 +246,15 @@ func (l *Leased) step(ctx context.Context) time.Duration {
 			l.backoff = 0
 			return time.Millisecond
 		}
+		if time.Since(l.failLogged) >= 5*time.Second {
+			l.failLogged = time.Now()
+			l.logLease(slog.LevelWarn, "randflake: lease renewal failed; IDs are issued until the lease's end", cur, "err", err)
+		}
 		return l.retryDelay(cur)
+	}
+	if l.failure.Load() != nil {
+		l.failLogged = time.Time{}
+		l.logLease(slog.LevelWarn, "randflake: lease renewed late, after failures", next)
 	}
 	if next.End > cur.End {
 		if g := l.gen.Load(); g != nil {
@@ -255,6 +277,7 @@ func (l *Leased) reacquire(ctx context.Context, last Lease) time.Duration {
 		}
 		l.fail(last, err)
 		l.backoff = min(max(2*l.backoff, 250*time.Millisecond), 5*time.Second)
+		l.logLease(slog.LevelWarn, "randflake: no new lease yet", last, "err", err, "retry", l.backoff)
 		return l.backoff
 	}
 	l.mu.Lock()
@@ -262,6 +285,7 @@ func (l *Leased) reacquire(ctx context.Context, last Lease) time.Duration {
 	l.mu.Unlock()
 	l.gen.Store(g)
 	l.failure.Store(nil)
+	l.logLease(slog.LevelInfo, "randflake: lease acquired", lease)
 	return l.renewDelay(lease)
 }
 
@@ -270,6 +294,16 @@ func (l *Leased) fail(lease Lease, err error) {
 	if l.onError != nil {
 		l.onError(err)
 	}
+}
+
+// logLease logs a lease event, if there is a logger.
+func (l *Leased) logLease(level slog.Level, msg string, lease Lease, args ...any) {
+	if l.log == nil {
+		return
+	}
+	args = append([]any{"nodes", fmt.Sprintf("%d-%d", lease.FirstNode, lease.LastNode),
+		"start", formatSecond(lease.Start), "end", formatSecond(lease.End)}, args...)
+	l.log.Log(context.Background(), level, msg, args...)
 }
 
 // untilEnd returns the time left until the lease's end second is over.
@@ -396,6 +430,11 @@ func (l *Leased) Close(ctx context.Context) error {
 		l.mu.Unlock()
 		if held {
 			l.closeErr = l.src.Release(ctx, lease, last)
+			if l.closeErr != nil {
+				l.logLease(slog.LevelError, "randflake: lease release failed; the node IDs are free once the lease has expired", lease, "err", l.closeErr)
+			} else {
+				l.logLease(slog.LevelInfo, "randflake: lease released", lease, "last_used", formatSecond(max(last, lease.Start-1)))
+			}
 		}
 	})
 	return l.closeErr
