@@ -119,4 +119,18 @@
 // request, trusts a validated token that a front end such as Apache
 // forwarded. CGIHandler exposes it to CGI programs as UNIQUE_ID, as
 // mod_unique_id does.
+//
+// Header names that differ only by ASCII case, '-' and '_' are one name to
+// a CGI program: net/http/cgi exports a request header as HTTP_ followed
+// by its name upper-cased with '-' mapped to '_', so Unique-Id, Unique_id
+// and UNIQUE-ID all become HTTP_UNIQUE_ID, and whichever comes last wins.
+// A client could therefore slip its own value in beside the real ID. To
+// prevent that, Middleware deletes every request header whose name
+// normalises that way to the same variable as the token header (or the
+// trusted incoming header) but is not that exact header, and trusts only
+// the exact canonical header; Unique__Id (HTTP_UNIQUE__ID) is a different
+// name and is kept. CGIHandler, with or without Middleware, passes the
+// program no header that becomes HTTP_UNIQUE_ID except a single Unique-Id
+// holding the request's ID, so HTTP_UNIQUE_ID is that ID or absent, and
+// UNIQUE_ID, which no header can set, is always the ID.
 package uniqueid

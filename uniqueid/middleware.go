@@ -34,7 +34,9 @@ type Options struct {
 
 	// Header is the name of the response header that carries the token;
 	// the same header on the request passed to the next handler is set to
-	// it too. If empty, DefaultHeader is used.
+	// it too, and request headers whose names differ from it only by ASCII
+	// case, '-' and '_' are deleted (see Middleware). If empty,
+	// DefaultHeader is used.
 	Header string
 
 	// TrustIncoming makes Middleware keep a token that arrives with the
@@ -45,7 +47,8 @@ type Options struct {
 	TrustIncoming bool
 
 	// IncomingHeader is the request header read when TrustIncoming is set.
-	// If empty, Header is used.
+	// If empty, Header is used. Only this exact header, in canonical form,
+	// is read; variants of it are deleted, never trusted.
 	IncomingHeader string
 
 	// Accept decides whether a trusted incoming value is kept. If nil,
