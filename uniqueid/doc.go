@@ -131,6 +131,7 @@
 // the exact canonical header; Unique__Id (HTTP_UNIQUE__ID) is a different
 // name and is kept. CGIHandler, with or without Middleware, passes the
 // program no header that becomes HTTP_UNIQUE_ID except a single Unique-Id
-// holding the request's ID, so HTTP_UNIQUE_ID is that ID or absent, and
-// UNIQUE_ID, which no header can set, is always the ID.
+// holding the request's ID, so HTTP_UNIQUE_ID is that ID or absent; and
+// UNIQUE_ID, which no header can set, is the ID whenever the request has
+// one.
 package uniqueid
