@@ -209,7 +209,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	raw = append(raw, cfg.URLs...)
 	if len(raw) == 0 {
-		return nil, errors.New("randflake/client: no URL given")
+		return nil, errors.New("randflake/client: no URL given; set Config.URL or Config.URLs")
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = defaultBatchSize
@@ -294,13 +294,17 @@ func parseBase(s string) (*url.URL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bad URL: %w", err)
 	}
+	shown := s
+	if _, ok := u.User.Password(); ok {
+		shown = u.Redacted()
+	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("bad URL %q: scheme must be http or https", u.Redacted())
-	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("bad URL %q: no host", u.Redacted())
+		return nil, fmt.Errorf("bad URL %q: scheme must be http or https", shown)
+	case u.Hostname() == "":
+		return nil, fmt.Errorf("bad URL %q: no host", shown)
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return nil, fmt.Errorf("bad URL %q: a base URL has no query or fragment", u.Redacted())
+		return nil, fmt.Errorf("bad URL %q: a base URL has no query or fragment", shown)
 	}
 	return u, nil
 }

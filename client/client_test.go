@@ -146,34 +146,60 @@ func TestContextAndClose(t *testing.T) {
 	}
 }
 
+// TestConcurrentNextUnique fetches IDs from many goroutines through one
+// client spread over two instances of the service, one of which fails
+// every third request, and checks that no ID is handed out twice.
 func TestConcurrentNextUnique(t *testing.T) {
+	t.Parallel()
+	// Both instances draw from one counter, as two nodes of one
+	// deployment never issue the same ID.
 	f := &fakeService{}
-	c := newTest(t, f, Config{BatchSize: 64})
-	var mu sync.Mutex
-	seen := map[int64]bool{}
+	var flaky atomic.Int64
+	flakyHandler := func(w http.ResponseWriter, r *http.Request) {
+		if flaky.Add(1)%3 == 0 {
+			http.Error(w, `{"error":"no valid node-ID lease","kind":"lease"}`, http.StatusServiceUnavailable)
+			return
+		}
+		f.ServeHTTP(w, r)
+	}
+	c := newClient(t, Config{
+		URLs:      []string{serve(t, http.HandlerFunc(flakyHandler)), serve(t, f)},
+		BatchSize: 64, MaxAge: time.Minute, MaxAttempts: 10, InitialBackoff: time.Millisecond,
+	})
+	const goroutines, each = 8, 500
+	got := make([][]int64, goroutines)
 	var wg sync.WaitGroup
-	for range 8 {
+	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 500 {
+			for range each {
 				id, err := c.Next(context.Background())
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				mu.Lock()
-				if seen[id] {
-					t.Errorf("ID %d handed out twice", id)
-				}
-				seen[id] = true
-				mu.Unlock()
+				got[g] = append(got[g], id)
 			}
 		}()
 	}
 	wg.Wait()
-	if len(seen) != 4000 {
-		t.Fatalf("%d IDs", len(seen))
+	seen := map[int64]bool{}
+	total, dups := 0, 0
+	for _, ids := range got {
+		for _, id := range ids {
+			total++
+			if seen[id] {
+				dups++
+			}
+			seen[id] = true
+		}
+	}
+	if dups > 0 {
+		t.Errorf("%d duplicates among %d IDs", dups, total)
+	}
+	if total != goroutines*each {
+		t.Errorf("got %d IDs, want %d", total, goroutines*each)
 	}
 }
 
@@ -181,6 +207,12 @@ func TestBadConfig(t *testing.T) {
 	for _, cfg := range []Config{
 		{URL: ""}, {URL: "ftp://x"}, {URL: "http://"}, {URL: "http://h", BatchSize: -1},
 		{URL: "http://h", BatchSize: 10, LowWater: 11}, {URL: "http://h", MaxAge: -time.Second},
+		{URLs: []string{}}, {URLs: []string{"http://h", ""}}, {URLs: []string{"http://h", "h:80"}},
+		{URL: "http://h?count=5"}, {URL: "http://h#x"}, {URL: "http://:80"},
+		{URL: "http://h", URLs: []string{"http://h/"}}, {URLs: []string{"http://h", "http://h"}},
+		{URL: "http://h", InitialBackoff: -1}, {URL: "http://h", MaxBackoff: -1},
+		{URL: "http://h", InitialBackoff: time.Second, MaxBackoff: time.Millisecond},
+		{URL: "http://h", MaxRetryAfter: -1}, {URL: "http://h", MaxAttempts: -1},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
