@@ -373,8 +373,13 @@ func TestBackoffGrows(t *testing.T) {
 		t.Parallel()
 		rec := &recorder{handlers: []http.HandlerFunc{failWith(http.StatusInternalServerError, "generate", "boom")}}
 		c := newClient(t, Config{URL: serve(t, rec), BatchSize: 10, MaxAttempts: 8, InitialBackoff: initial, MaxBackoff: 2 * initial})
-		nextWithin(t, c, context.Background(), 20*time.Second)
+		if _, _, err := nextWithin(t, c, context.Background(), 20*time.Second); err == nil {
+			t.Fatal("no error from a failing service")
+		}
 		at := rec.arrivals()
+		if len(at) != 8 {
+			t.Fatalf("%d requests, want MaxAttempts = 8", len(at))
+		}
 		// Uncapped, the last pause would be 640ms to 1.28s.
 		if last := at[len(at)-1].Sub(at[len(at)-2]); last > 500*time.Millisecond {
 			t.Fatalf("last pause %v, MaxBackoff is %v", last, 2*initial)
