@@ -45,8 +45,8 @@ type Config struct {
 	// URL is the base URL of the ID service, e.g. "http://127.0.0.1:8080".
 	URL string
 	// URLs lists base URLs of instances of the ID service. Requests go to
-	// one URL until it fails, then to the next in turn. If URL is set too,
-	// it comes first. Every URL must be http or https, with a host and
+	// one URL until it fails, then to the next in turn, after the backoff
+	// pause (see InitialBackoff). If URL is set too, it comes first. Every URL must be http or https, with a host and
 	// without a query or fragment, and none may be listed twice; New
 	// refuses the configuration otherwise.
 	URLs []string
@@ -68,7 +68,9 @@ type Config struct {
 	MaxAge time.Duration
 	// MaxAttempts is the number of failed fetches after which a waiting
 	// Next gives up and returns the last error (default 3, or the number
-	// of URLs if that is larger, so that each URL is tried). Answers that
+	// of URLs if that is larger, so that each URL is tried). Each call
+	// counts the failures it waited for; calls waiting together share
+	// the fetches, and a failed background fetch counts for no call. Answers that
 	// cannot succeed on retry (4xx other than 408, 425 and 429) end the
 	// wait at once.
 	MaxAttempts int
@@ -104,7 +106,7 @@ var ErrClosed = errors.New("randflake/client: client closed")
 // ErrTooSlow means the service did not deliver IDs while they were still
 // younger than Config.MaxAge: either it had not answered in full by then,
 // or the IDs expired before Next could hand them out. Next returns it
-// (wrapped, with the URL and the times) once Config.MaxAttempts fetches
+// (wrapped, with the details) once Config.MaxAttempts fetches
 // have failed this way. Raise MaxAge above the service's response time, or
 // fix the service's latency (or the network's).
 var ErrTooSlow = errors.New("randflake/client: ID service too slow for MaxAge")
@@ -114,8 +116,8 @@ var ErrTooSlow = errors.New("randflake/client: ID service too slow for MaxAge")
 // row. Point the client at the final URL instead.
 var ErrRedirect = errors.New("randflake/client: redirect refused")
 
-// ServerError is a non-200 answer from the ID service. Next's errors wrap
-// it; use errors.As to read its fields.
+// ServerError is a non-200 answer from the ID service. Next returns it,
+// or an error wrapping it; use errors.As to read its fields.
 type ServerError struct {
 	// URL is the base URL the request went to, with any password redacted.
 	URL string
@@ -343,16 +345,21 @@ func port(u *url.URL) string {
 	return "80"
 }
 
-// Next returns an ID, waiting for a fetch if the buffer is empty.
+// Next returns an ID, waiting for a fetch if the buffer is empty. It
+// returns an error instead
 //
-// It returns an error once Config.MaxAttempts fetches have failed while it
-// waited (the last fetch's error, wrapping ErrTooSlow if the service was
-// too slow for MaxAge, or a *ServerError), at once for an answer that a
-// retry cannot change (such as 400 or 404), ErrClosed after Close, and
-// ctx's error, joined with the last fetch error if there was one, when ctx
-// ends first. ctx bounds the wait only: a fetch in flight is not cancelled
-// with it, as other callers may be waiting for the same IDs; each fetch is
-// bounded by MaxAge and Close.
+//   - once Config.MaxAttempts fetches have failed while it waited: the
+//     last fetch's error, which wraps ErrTooSlow if the service was too
+//     slow for MaxAge and is a *ServerError for a non-200 answer;
+//   - at once for an answer that a retry cannot change (a 4xx other than
+//     408, 425 and 429, such as 400 for a BatchSize the service refuses);
+//   - ErrClosed after Close;
+//   - ctx's error, joined with the last fetch error if there was one, if
+//     ctx ends first.
+//
+// ctx bounds the wait only: a fetch in flight is not cancelled with it, as
+// other callers may be waiting for the same IDs; each fetch is bounded by
+// MaxAge and by Close.
 func (c *Client) Next(ctx context.Context) (int64, error) {
 	var (
 		waited    *attempt // the fetch this call last waited for
