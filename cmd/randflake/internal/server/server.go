@@ -1,20 +1,71 @@
 // Package server is the HTTP ID service of `randflake serve`: batches of
 // IDs, optional inspection for the secret's holders, health, readiness and
 // Prometheus metrics.
+//
+// # Errors
+//
+// Every error answer has a JSON body {"error": MESSAGE, "kind": KIND}.
+// MESSAGE is a short fixed text for people; it never carries the
+// underlying error, a file path or an operating-system error (those go to
+// Config.Logger). KIND is one of the Kind constants, which are also the
+// values of the "kind" label of the randflake_errors_total metric:
+//
+//	kind                status  when
+//	bad_request         400     malformed query string, unknown or repeated
+//	                            parameter, count or format out of range,
+//	                            not an ID
+//	unauthorized        401     GET /v1/ids/{id} without the inspection token
+//	not_found           404     unknown path, including non-canonical forms
+//	                            of known ones (//healthz, /./healthz, a
+//	                            trailing slash); inspection disabled
+//	method_not_allowed  405     a method the path does not take (the Allow
+//	                            header lists those it does); HEAD on /v1/ids
+//	headers_too_large   431     a request head over MaxHeaderBytes
+//	exhausted           503     this second's sequence numbers are used up
+//	                            (Retry-After: 1)
+//	clock               503     the clock reads earlier than IDs already
+//	                            issued (Retry-After: 1)
+//	lease               503     no valid node-ID lease: not yet started,
+//	                            renewal failed past its end, or lost
+//	unavailable         503     the generator is closed (shutting down)
+//	not_ready           503     GET /readyz without a valid lease
+//	internal            500     any other failure of the generator
 package server
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/randflake/randflake"
+)
+
+// Error kinds: the "kind" of a JSON error body and the label of
+// randflake_errors_total. The package documentation lists when each is
+// sent.
+const (
+	KindBadRequest       = "bad_request"
+	KindUnauthorized     = "unauthorized"
+	KindNotFound         = "not_found"
+	KindMethodNotAllowed = "method_not_allowed"
+	KindHeadersTooLarge  = "headers_too_large"
+	KindExhausted        = "exhausted"
+	KindClock            = "clock"
+	KindLease            = "lease"
+	KindUnavailable      = "unavailable"
+	KindNotReady         = "not_ready"
+	KindInternal         = "internal"
 )
 
 // Generator is what the service needs of a Randflake generator;
@@ -40,15 +91,25 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// Logger receives the errors behind 5xx answers, with the error
+	// itself (at most one line per kind and second; the lines say how
+	// many were left out). Nil discards them.
+	Logger *slog.Logger
+	// AccessLog, if set, receives one line per request: method, path
+	// (never the query string), status, body bytes, duration and remote
+	// address.
+	AccessLog *slog.Logger
 }
 
 // Server serves the ID API. Create it with New.
 type Server struct {
 	cfg     Config
-	mux     *http.ServeMux
+	log     *slog.Logger
+	metrics http.Handler
 	issued  prometheus.Counter
 	batches prometheus.Histogram
 	errs    *prometheus.CounterVec
+	limited logLimiter
 }
 
 // New returns a server for cfg.
@@ -68,7 +129,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	s.issued = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "randflake_ids_issued_total", Help: "IDs handed out.",
 	})
@@ -92,49 +156,71 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.mux.HandleFunc("GET /v1/ids", s.ids)
-	s.mux.HandleFunc("GET /v1/ids/{id}", s.inspect)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	s.mux.HandleFunc("GET /readyz", s.ready)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.metrics = promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler. Unknown paths get a JSON 404 and
-// known paths with other methods a JSON 405.
+// ServeHTTP implements http.Handler. It routes each request once, by its
+// exact path: there are no redirects, and a non-canonical path is not
+// found.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h, pattern := s.mux.Handler(r)
-	if pattern != "" {
-		s.mux.ServeHTTP(w, r) // sets the path values
-		return
+	rec := &recorder{ResponseWriter: w}
+	start := time.Now()
+	if c, ok := r.Context().Value(connKey{}).(*headConn); ok && c.unsure.Load() {
+		// The head-size limit lost track of the framing (a chunked body,
+		// say; no endpoint takes a body): end the connection here.
+		w.Header().Set("Connection", "close")
 	}
-	// The mux answers unknown paths with 404 and wrong methods with 405
-	// (and an Allow header); give both a JSON body.
-	rec := &statusProbe{header: http.Header{}}
-	h.ServeHTTP(rec, r)
-	for k, v := range rec.header {
-		if k != "Content-Type" && k != "X-Content-Type-Options" {
-			w.Header()[k] = v
+	s.route(rec, r)
+	if s.cfg.AccessLog != nil {
+		s.logAccess(rec, r.Method, r.URL.Path, r.RemoteAddr, time.Since(start))
+	}
+}
+
+func (s *Server) route(w *recorder, r *http.Request) {
+	p := r.URL.Path
+	switch p {
+	case "/v1/ids":
+		// Not HEAD: answering it as GET would issue IDs nobody sees.
+		if s.method(w, r, "GET") {
+			s.ids(w, r)
+		}
+	case "/healthz":
+		if s.method(w, r, "GET, HEAD") {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}
+	case "/readyz":
+		if s.method(w, r, "GET, HEAD") {
+			s.ready(w, r)
+		}
+	case "/metrics":
+		if s.method(w, r, "GET, HEAD") {
+			s.metrics.ServeHTTP(w, r)
+		}
+	default:
+		id, ok := strings.CutPrefix(p, "/v1/ids/")
+		if !ok || id == "" || strings.Contains(id, "/") {
+			s.fail(w, http.StatusNotFound, KindNotFound, "not found")
+			return
+		}
+		if s.method(w, r, "GET, HEAD") {
+			s.inspect(w, r, id)
 		}
 	}
-	kind := "not_found"
-	if rec.status == http.StatusMethodNotAllowed {
-		kind = "method_not_allowed"
+}
+
+// method reports whether r's method is among allow (a comma-separated
+// list, as in the Allow header); if not, it answers 405.
+func (s *Server) method(w *recorder, r *http.Request, allow string) bool {
+	for m := range strings.SplitSeq(allow, ", ") {
+		if r.Method == m {
+			return true
+		}
 	}
-	s.fail(w, rec.status, kind, http.StatusText(rec.status))
+	w.Header().Set("Allow", allow)
+	s.fail(w, http.StatusMethodNotAllowed, KindMethodNotAllowed, "method not allowed; allowed: "+allow)
+	return false
 }
-
-// statusProbe records the status the mux's fallback handler would send.
-type statusProbe struct {
-	header http.Header
-	status int
-}
-
-func (p *statusProbe) Header() http.Header         { return p.header }
-func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
-func (p *statusProbe) WriteHeader(code int)        { p.status = code }
 
 func (s *Server) leaseLeft() int64 {
 	end := s.cfg.LeaseEnd()
@@ -144,60 +230,105 @@ func (s *Server) leaseLeft() int64 {
 	return max(0, end-s.cfg.Now().Unix())
 }
 
-func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	if s.leaseLeft() <= 0 {
-		s.fail(w, http.StatusServiceUnavailable, "not_ready", "no valid node-ID lease")
+func (s *Server) ready(w *recorder, _ *http.Request) {
+	left := s.leaseLeft()
+	if left <= 0 {
+		s.fail(w, http.StatusServiceUnavailable, KindNotReady, "no valid node-ID lease")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "lease_seconds_left": s.leaseLeft()})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "lease_seconds_left": left})
+}
+
+// idsQuery is the parsed query of GET /v1/ids.
+type idsQuery struct {
+	count  int
+	format string // "string" or "int"
+}
+
+// parseIDsQuery parses the raw query of GET /v1/ids strictly: pairs
+// separated by '&', each a known key with '=' and a value, valid
+// %-escapes, no key twice. It returns a message for the client on error.
+func parseIDsQuery(raw string, maxCount int) (idsQuery, string) {
+	q := idsQuery{count: 1, format: "string"}
+	if raw == "" {
+		return q, ""
+	}
+	if strings.Contains(raw, ";") {
+		return q, "malformed query: parameters are separated by '&'"
+	}
+	var seenCount, seenFormat bool
+	for part := range strings.SplitSeq(raw, "&") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return q, "malformed query: every parameter needs '=' and a value"
+		}
+		key, err1 := url.QueryUnescape(k)
+		val, err2 := url.QueryUnescape(v)
+		if err1 != nil || err2 != nil {
+			return q, "malformed query: bad %-escape"
+		}
+		switch key {
+		case "count":
+			if seenCount {
+				return q, "count given more than once"
+			}
+			seenCount = true
+			n, ok := parseCount(val)
+			switch {
+			case !ok:
+				return q, "count must be a whole number"
+			case n < 1:
+				return q, "count must be at least 1"
+			case n > maxCount:
+				return q, "count must be at most " + strconv.Itoa(maxCount)
+			}
+			q.count = n
+		case "format":
+			if seenFormat {
+				return q, "format given more than once"
+			}
+			seenFormat = true
+			if val != "string" && val != "int" {
+				return q, `format must be "string" or "int"`
+			}
+			q.format = val
+		default:
+			return q, "unknown query parameter; /v1/ids takes count and format"
+		}
+	}
+	return q, ""
+}
+
+// parseCount parses decimal digits only (no sign, no space); values too
+// large for an int come back as the largest int.
+func parseCount(s string) (int, bool) {
+	if s == "" || len(s) > 64 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return int(^uint(0) >> 1), true // out of range: too large
+	}
+	return n, true
 }
 
 // ids serves GET /v1/ids?count=N[&format=string|int].
-func (s *Server) ids(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	count := 1
-	if v, ok := q["count"]; ok {
-		if len(v) != 1 {
-			s.fail(w, http.StatusBadRequest, "bad_count", "count given more than once")
-			return
-		}
-		n, err := strconv.Atoi(v[0])
-		switch {
-		case err != nil:
-			s.fail(w, http.StatusBadRequest, "bad_count", "count must be a whole number")
-			return
-		case n < 1:
-			s.fail(w, http.StatusBadRequest, "bad_count", "count must be at least 1")
-			return
-		case n > s.cfg.MaxCount:
-			s.fail(w, http.StatusBadRequest, "bad_count", "count must be at most "+strconv.Itoa(s.cfg.MaxCount))
-			return
-		}
-		count = n
-	}
-	format := q.Get("format")
-	if format != "" && format != "string" && format != "int" {
-		s.fail(w, http.StatusBadRequest, "bad_format", `format must be "string" or "int"`)
+func (s *Server) ids(w *recorder, r *http.Request) {
+	q, msg := parseIDsQuery(r.URL.RawQuery, s.cfg.MaxCount)
+	if msg != "" {
+		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
 		return
 	}
-	ids := make([]int64, count)
+	ids := make([]int64, q.count)
 	n, err := s.cfg.Generator.GenerateBatch(ids)
 	if err != nil {
 		// A partial batch is not handed out: the caller asked for count.
-		status, kind := http.StatusServiceUnavailable, "generate"
-		switch {
-		case errors.Is(err, randflake.ErrResourceExhausted):
-			kind = "exhausted"
-			w.Header().Set("Retry-After", "1")
-		case errors.Is(err, randflake.ErrInvalidLease):
-			kind = "lease"
-		case errors.Is(err, randflake.ErrConsistencyViolation):
-			kind = "clock"
-			w.Header().Set("Retry-After", "1")
-		default:
-			status = http.StatusInternalServerError
-		}
-		s.fail(w, status, kind, err.Error())
+		s.generateFailed(w, q.count, err)
 		return
 	}
 	ids = ids[:n]
@@ -208,7 +339,7 @@ func (s *Server) ids(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		buf := make([]byte, 0, n*21)
 		for _, id := range ids {
-			buf = appendID(buf, id, format)
+			buf = appendID(buf, id, q.format)
 			buf = append(buf, '\n')
 		}
 		w.Write(buf)
@@ -222,11 +353,39 @@ func (s *Server) ids(w http.ResponseWriter, r *http.Request) {
 			buf = append(buf, ',')
 		}
 		buf = append(buf, '"')
-		buf = appendID(buf, id, format)
+		buf = appendID(buf, id, q.format)
 		buf = append(buf, '"')
 	}
 	buf = append(buf, "]}\n"...)
 	w.Write(buf)
+}
+
+// generateFailed answers a failed GenerateBatch with a generic message
+// and logs the error.
+func (s *Server) generateFailed(w *recorder, count int, err error) {
+	status, kind, msg, level := http.StatusServiceUnavailable, KindInternal, "", slog.LevelError
+	switch {
+	case errors.Is(err, randflake.ErrClosed):
+		kind, msg, level = KindUnavailable, "unavailable: shutting down", slog.LevelWarn
+	case errors.Is(err, randflake.ErrResourceExhausted):
+		kind, msg, level = KindExhausted, "unavailable: this second's IDs are used up; retry in a second", slog.LevelWarn
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, randflake.ErrInvalidLease):
+		kind, msg = KindLease, "unavailable: no valid node-ID lease"
+	case errors.Is(err, randflake.ErrConsistencyViolation):
+		kind, msg, level = KindClock, "unavailable: the clock is behind IDs already issued; retry in a second", slog.LevelWarn
+		w.Header().Set("Retry-After", "1")
+	default:
+		status, msg = http.StatusInternalServerError, "internal error"
+	}
+	if n, ok := s.limited.allow(kind, time.Now()); ok {
+		attrs := []any{"kind", kind, "count", count, "err", err}
+		if n > 0 {
+			attrs = append(attrs, "left_out", n)
+		}
+		s.log.Log(context.Background(), level, "issuing IDs failed", attrs...)
+	}
+	s.fail(w, status, kind, msg)
 }
 
 func appendID(b []byte, id int64, format string) []byte {
@@ -238,7 +397,7 @@ func appendID(b []byte, id int64, format string) []byte {
 
 // wantsText reports whether the client prefers text/plain over JSON.
 func wantsText(r *http.Request) bool {
-	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
 		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
 		switch strings.ToLower(strings.TrimSpace(mt)) {
 		case "text/plain":
@@ -251,19 +410,22 @@ func wantsText(r *http.Request) bool {
 }
 
 // inspect serves GET /v1/ids/{id} for holders of the inspection token.
-func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
+func (s *Server) inspect(w *recorder, r *http.Request, raw string) {
 	if s.cfg.InspectToken == "" {
-		s.fail(w, http.StatusNotFound, "not_found", "inspection is disabled")
+		s.fail(w, http.StatusNotFound, KindNotFound, "inspection is disabled")
 		return
 	}
 	auth := r.Header.Get("Authorization")
 	token, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.InspectToken)) != 1 {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="randflake"`)
-		s.fail(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required")
+		s.fail(w, http.StatusUnauthorized, KindUnauthorized, "a valid bearer token is required")
 		return
 	}
-	raw := r.PathValue("id")
+	if r.URL.RawQuery != "" || r.URL.ForceQuery {
+		s.fail(w, http.StatusBadRequest, KindBadRequest, "unknown query parameter; /v1/ids/{id} takes none")
+		return
+	}
 	id, err := randflake.DecodeString(raw)
 	if err != nil {
 		if v, perr := strconv.ParseInt(raw, 10, 64); perr == nil {
@@ -271,12 +433,12 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		s.fail(w, http.StatusBadRequest, "bad_id", "not a Randflake ID")
+		s.fail(w, http.StatusBadRequest, KindBadRequest, "not a Randflake ID")
 		return
 	}
 	ts, node, seq, err := s.cfg.Generator.Inspect(id)
 	if err != nil {
-		s.fail(w, http.StatusBadRequest, "bad_id", err.Error())
+		s.fail(w, http.StatusBadRequest, KindBadRequest, "not a Randflake ID")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -289,8 +451,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// fail answers with a JSON error of kind and counts it. msg must be a
+// fixed text: never an error's, a path or the client's input.
 func (s *Server) fail(w http.ResponseWriter, status int, kind, msg string) {
 	s.errs.WithLabelValues(kind).Inc()
+	if rec, ok := w.(*recorder); ok {
+		rec.kind = kind
+	}
 	writeJSON(w, status, map[string]string{"error": msg, "kind": kind})
 }
 
@@ -299,4 +466,75 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
+}
+
+// maxLoggedPath bounds the path in access-log lines.
+const maxLoggedPath = 256
+
+func (s *Server) logAccess(rec *recorder, method, path, remote string, d time.Duration) {
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if len(path) > maxLoggedPath {
+		path = path[:maxLoggedPath] + "…"
+	}
+	attrs := []any{"method", method, "path", path, "status", status, "bytes", rec.bytes,
+		"duration", d, "remote", remote}
+	if rec.kind != "" {
+		attrs = append(attrs, "kind", rec.kind)
+	}
+	s.cfg.AccessLog.Info("request", attrs...)
+}
+
+// recorder records the status, body size and error kind of a response.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	kind   string
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap returns the underlying ResponseWriter, for http.ResponseController.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// logLimiter lets at most one log line per key and second through and
+// counts the others.
+type logLimiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+	left map[string]int
+}
+
+// allow reports whether a line for key may be logged now and, if so, how
+// many were left out since the last one.
+func (l *logLimiter) allow(key string, now time.Time) (leftOut int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last, l.left = map[string]time.Time{}, map[string]int{}
+	}
+	if t, seen := l.last[key]; seen && now.Sub(t) < time.Second {
+		l.left[key]++
+		return 0, false
+	}
+	leftOut = l.left[key]
+	l.last[key], l.left[key] = now, 0
+	return leftOut, true
 }
