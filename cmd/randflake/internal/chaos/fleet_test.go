@@ -1,0 +1,630 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// clientSpec is one client goroutine per server: it fetches count IDs per
+// request, pausing about pause between requests.
+type clientSpec struct {
+	count int
+	pause time.Duration
+}
+
+type fleetConfig struct {
+	name string   // "etcd" or "statedir", in every line printed
+	env  []string // environment of every serve process
+	// args returns serve's arguments after --listen, and a function undoing
+	// what it set up, called if this attempt does not become ready.
+	args         func(s *server) ([]string, func(), error)
+	clients      []clientSpec
+	readyTimeout time.Duration // per start attempt
+	requestLimit time.Duration // per request
+}
+
+// fleet is a set of `randflake serve` processes, each with its clients and
+// the IDs they received, and the timeline of what happened to them.
+type fleet struct {
+	t   *testing.T
+	cfg fleetConfig
+	dir string
+
+	start time.Time
+	// supervise ends the start-up loops; clients ends the client loops.
+	superviseCtx, clientsCtx     context.Context
+	stopSupervising, stopClients context.CancelFunc
+	supervisors, clients         sync.WaitGroup
+	lastOK                       atomic.Int64 // Unix nanoseconds of the newest successful fetch
+	mu                           sync.Mutex
+	servers                      []*server
+	timeline                     []string
+	stopped                      bool
+	replacements, claimants      int
+}
+
+func newFleet(t *testing.T, cfg fleetConfig) *fleet {
+	f := &fleet{t: t, cfg: cfg, dir: t.TempDir(), start: time.Now()}
+	f.superviseCtx, f.stopSupervising = context.WithCancel(context.Background())
+	f.clientsCtx, f.stopClients = context.WithCancel(context.Background())
+	t.Cleanup(func() { f.stop(5 * time.Second) })
+	return f
+}
+
+// event prints one line of the timeline.
+func (f *fleet) event(format string, args ...any) {
+	line := fmt.Sprintf("chaos %-8s %6.1fs  %s", f.cfg.name, time.Since(f.start).Seconds(), fmt.Sprintf(format, args...))
+	f.mu.Lock()
+	f.timeline = append(f.timeline, line)
+	f.mu.Unlock()
+	fmt.Println(line)
+}
+
+// server is one logical server: the start attempts of one name until one
+// becomes ready, then that process with its clients.
+type server struct {
+	f          *fleet
+	name, role string // role: initial, replacement, claimant
+	note       string // why it was started
+	launched   time.Time
+	logPath    string
+	transport  *http.Transport
+
+	mu         sync.Mutex
+	p          *proc
+	url        string
+	proxies    []*proxy
+	state      string // starting, serving, paused, cut, killed, stopped, not started
+	readyAt    time.Time
+	attempts   int
+	startFails map[string]int
+	ended      string
+	stopC      context.CancelFunc
+	clientsWG  sync.WaitGroup
+
+	coll collector
+}
+
+func (s *server) getState() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+func (s *server) setState(st string) {
+	s.mu.Lock()
+	s.state = st
+	s.mu.Unlock()
+}
+
+func (s *server) proc() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p
+}
+
+func (s *server) pidString() string {
+	if p := s.proc(); p != nil {
+		return "pid " + strconv.Itoa(p.pid())
+	}
+	return "no process"
+}
+
+// launch starts a server under name in the background: it retries until
+// one attempt is ready (serving with a valid lease), then starts its
+// clients.
+func (f *fleet) launch(name, role, note string) *server {
+	s := &server{
+		f: f, name: name, role: role, note: note, launched: time.Now(),
+		logPath:    filepath.Join(f.dir, name+".log"),
+		transport:  &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 10 * time.Second},
+		state:      "starting",
+		startFails: map[string]int{},
+	}
+	f.mu.Lock()
+	if f.stopped {
+		f.mu.Unlock()
+		s.state = "not started"
+		return s
+	}
+	f.servers = append(f.servers, s)
+	f.supervisors.Add(1)
+	f.mu.Unlock()
+	go func() {
+		defer f.supervisors.Done()
+		f.supervise(s)
+	}()
+	return s
+}
+
+func (f *fleet) supervise(s *server) {
+	for attempt := 1; ; attempt++ {
+		if f.superviseCtx.Err() != nil {
+			s.setState("not started")
+			return
+		}
+		port, err := freePort()
+		if err != nil {
+			f.t.Errorf("%s: %v", s.name, err)
+			s.setState("not started")
+			return
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		args, undo, err := f.cfg.args(s)
+		if err != nil {
+			f.t.Errorf("%s: %v", s.name, err)
+			s.setState("not started")
+			return
+		}
+		if lf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+			fmt.Fprintf(lf, "=== attempt %d at %s\n", attempt, time.Now().Format(time.RFC3339Nano))
+			lf.Close()
+		}
+		p, err := startProc(s.name, s.logPath, f.cfg.env, binary, append([]string{"serve", "--listen", addr}, args...)...)
+		if err != nil {
+			f.t.Errorf("%s: %v", s.name, err)
+			undo()
+			s.setState("not started")
+			return
+		}
+		s.mu.Lock()
+		s.p, s.url, s.attempts = p, "http://"+addr, attempt
+		s.mu.Unlock()
+		why := f.waitReady(s, p)
+		if why == "" {
+			s.mu.Lock()
+			if p.exited() || s.state != "starting" {
+				why = "killed during start-up"
+			} else {
+				s.state, s.readyAt = "serving", time.Now()
+			}
+			s.mu.Unlock()
+		}
+		if why == "" {
+			fails := ""
+			if attempt > 1 {
+				fails = fmt.Sprintf(", after %d failed attempts: %s", attempt-1, s.failSummary())
+			}
+			f.event("%s ready (%s), %.1fs after launch%s", s.name, s.pidString(), time.Since(s.launched).Seconds(), fails)
+			f.startClients(s)
+			return
+		}
+		p.kill()
+		undo()
+		s.mu.Lock()
+		first := s.startFails[why] == 0
+		s.startFails[why]++
+		s.state = "starting"
+		s.mu.Unlock()
+		if why == "stopping" {
+			s.setState("not started")
+			return
+		}
+		if first {
+			f.event("%s: start attempt %d failed (%s); retrying", s.name, attempt, why)
+		}
+		select {
+		case <-f.superviseCtx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func (s *server) failSummary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return countsString(s.startFails)
+}
+
+// waitReady waits until the attempt p answers /readyz with 200, and returns
+// "" then, or why it did not.
+func (f *fleet) waitReady(s *server, p *proc) string {
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(f.cfg.readyTimeout)
+	for {
+		if p.exited() {
+			return startFailure(p)
+		}
+		if f.superviseCtx.Err() != nil {
+			return "stopping"
+		}
+		if resp, err := hc.Get(s.url + "/readyz"); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return ""
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("not ready within %v", f.cfg.readyTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startFailure classifies why a start attempt exited.
+func startFailure(p *proc) string {
+	if e := p.exit(); e == "SIGKILL" {
+		return "killed during start-up"
+	}
+	last := p.lastLine()
+	switch {
+	case strings.Contains(last, "every node-ID range is claimed"):
+		return "no free node IDs"
+	case len(last) > 160:
+		last = last[:160] + "…"
+	}
+	return p.exit() + ": " + last
+}
+
+func (f *fleet) startClients(s *server) {
+	ctx, cancel := context.WithCancel(f.clientsCtx)
+	s.mu.Lock()
+	s.stopC = cancel
+	s.mu.Unlock()
+	for _, spec := range f.cfg.clients {
+		s.clientsWG.Add(1)
+		f.clients.Add(1)
+		go func() {
+			defer f.clients.Done()
+			defer s.clientsWG.Done()
+			s.client(ctx, spec)
+		}()
+	}
+}
+
+// stopServing stops the server's clients and waits for them.
+func (s *server) stopServing() {
+	s.mu.Lock()
+	stop := s.stopC
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	s.clientsWG.Wait()
+	s.transport.CloseIdleConnections()
+}
+
+// kill SIGKILLs the server's current process. It returns the state the
+// server was in; a server still starting goes on with another attempt.
+func (s *server) kill() string {
+	s.mu.Lock()
+	st, p := s.state, s.p
+	if st != "starting" {
+		s.state = "killed"
+	}
+	s.mu.Unlock()
+	if p == nil {
+		return st
+	}
+	p.kill()
+	if st != "starting" {
+		s.stopServing()
+		s.mu.Lock()
+		s.ended = "SIGKILL by the test"
+		s.mu.Unlock()
+		s.closeProxies()
+	}
+	return st
+}
+
+func (s *server) closeProxies() {
+	s.mu.Lock()
+	ps := s.proxies
+	s.mu.Unlock()
+	for _, p := range ps {
+		p.close()
+	}
+}
+
+// pick returns a random server among those in one of the states, in
+// launch order, or nil.
+func (f *fleet) pick(rng *rand.Rand, states ...string) *server {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var c []*server
+	for _, s := range f.servers {
+		if slices.Contains(states, s.getState()) {
+			c = append(c, s)
+		}
+	}
+	if len(c) == 0 {
+		return nil
+	}
+	return c[rng.IntN(len(c))]
+}
+
+func (f *fleet) all() []*server {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.servers)
+}
+
+// waitProgress waits until the fleet has issued an ID fetched after since,
+// and returns how long after since that was.
+func (f *fleet) waitProgress(since time.Time, timeout time.Duration) (time.Duration, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if last := f.lastOK.Load(); last > since.UnixNano() {
+			return time.Duration(last - since.UnixNano()), true
+		}
+		if time.Now().After(deadline) {
+			return 0, false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitStarted waits until no server is starting any more.
+func (f *fleet) waitStarted(timeout time.Duration) []*server {
+	deadline := time.Now().Add(timeout)
+	for {
+		var starting []*server
+		for _, s := range f.all() {
+			if s.getState() == "starting" {
+				starting = append(starting, s)
+			}
+		}
+		if len(starting) == 0 || time.Now().After(deadline) {
+			return starting
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop ends the run: start-ups are abandoned, clients stopped, and every
+// running server gets SIGTERM (and SIGKILL after grace). It may be called
+// more than once.
+func (f *fleet) stop(grace time.Duration) {
+	f.mu.Lock()
+	if f.stopped {
+		f.mu.Unlock()
+		return
+	}
+	f.stopped = true
+	f.mu.Unlock()
+	f.stopSupervising()
+	f.supervisors.Wait()
+	f.stopClients()
+	f.clients.Wait()
+	var wg sync.WaitGroup
+	for _, s := range f.all() {
+		s.mu.Lock()
+		st, p := s.state, s.p
+		if st == "serving" || st == "paused" || st == "cut" {
+			s.state = "stopped"
+		}
+		s.mu.Unlock()
+		if st != "serving" && st != "paused" && st != "cut" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.mu.Lock()
+			ps := s.proxies
+			s.mu.Unlock()
+			for _, px := range ps {
+				px.restore()
+			}
+			clean := p.term(grace)
+			s.mu.Lock()
+			s.ended = p.exit() + " after SIGTERM"
+			if p.exit() != "exit 0" {
+				s.ended += ": " + p.lastLine()
+			}
+			if !clean {
+				s.ended = fmt.Sprintf("no exit within %v of SIGTERM: SIGKILL", grace)
+			}
+			s.mu.Unlock()
+			s.transport.CloseIdleConnections()
+			s.closeProxies()
+		}()
+	}
+	wg.Wait()
+}
+
+// batch is one successful fetch: the IDs before index end, sent and
+// received at those Unix nanoseconds.
+type batch struct {
+	end        int
+	send, recv int64
+}
+
+// collector holds every ID a server's clients received.
+type collector struct {
+	mu      sync.Mutex
+	ids     []uint64
+	batches []batch
+	errs    map[string]int
+	lastOK  atomic.Int64
+	lastID  atomic.Uint64
+}
+
+func (c *collector) add(ids []uint64, send, recv time.Time) {
+	c.mu.Lock()
+	c.ids = append(c.ids, ids...)
+	c.batches = append(c.batches, batch{end: len(c.ids), send: send.UnixNano(), recv: recv.UnixNano()})
+	c.mu.Unlock()
+	c.lastOK.Store(recv.UnixNano())
+	if len(ids) > 0 {
+		c.lastID.Store(ids[len(ids)-1])
+	}
+}
+
+func (c *collector) fail(kind string) {
+	c.mu.Lock()
+	if c.errs == nil {
+		c.errs = map[string]int{}
+	}
+	c.errs[kind]++
+	c.mu.Unlock()
+}
+
+// client fetches IDs until ctx ends, counting failures by kind.
+func (s *server) client(ctx context.Context, spec clientSpec) {
+	hc := &http.Client{Transport: s.transport, Timeout: s.f.cfg.requestLimit}
+	s.mu.Lock()
+	url := s.url + "/v1/ids?format=int&count=" + strconv.Itoa(spec.count)
+	s.mu.Unlock()
+	for ctx.Err() == nil {
+		send := time.Now()
+		ids, kind := fetch(ctx, hc, url, spec.count)
+		recv := time.Now()
+		if ctx.Err() != nil {
+			return // the run is over; a request cut short is no failure
+		}
+		if ids != nil {
+			s.coll.add(ids, send, recv)
+			for {
+				last := s.f.lastOK.Load()
+				if last >= recv.UnixNano() || s.f.lastOK.CompareAndSwap(last, recv.UnixNano()) {
+					break
+				}
+			}
+		}
+		pause := spec.pause
+		if kind != "" {
+			s.coll.fail(kind)
+			pause = max(pause, 50*time.Millisecond)
+		}
+		d := pause/2 + rand.N(pause+1)
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+// fetch asks for count IDs as decimal lines. It returns the IDs received
+// (nil if none can be trusted) and a failure kind, "" on success.
+func fetch(ctx context.Context, hc *http.Client, url string, count int) ([]uint64, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, "bad request: " + err.Error()
+	}
+	req.Header.Set("Accept", "text/plain")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, errKind(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		if k := errKind(err); k == "timeout" {
+			return nil, "timeout"
+		}
+		return nil, "truncated body"
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Kind string }
+		json.Unmarshal(body, &e)
+		if e.Kind == "" {
+			e.Kind = "?"
+		}
+		return nil, fmt.Sprintf("%d %s", resp.StatusCode, e.Kind)
+	}
+	ids := make([]uint64, 0, count)
+	for len(body) > 0 {
+		i := 0
+		for i < len(body) && body[i] != '\n' {
+			i++
+		}
+		line := body[:i]
+		if i < len(body) {
+			i++
+		}
+		body = body[i:]
+		if len(line) == 0 {
+			continue
+		}
+		v, err := strconv.ParseInt(string(line), 10, 64)
+		if err != nil {
+			return nil, "malformed body"
+		}
+		ids = append(ids, uint64(v))
+	}
+	if len(ids) != count {
+		return ids, "short batch"
+	}
+	return ids, ""
+}
+
+// errKind names a request failure.
+func errKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reset"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "closed"
+	case errors.Is(err, syscall.EPIPE):
+		return "broken pipe"
+	}
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			break
+		}
+		err = u
+	}
+	return "other: " + err.Error()
+}
+
+// countsString formats counts by kind, most frequent first: "503 lease×12, refused×3".
+func countsString(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// errorCounts adds up the clients' failures of every server.
+func (f *fleet) errorCounts() map[string]int {
+	total := map[string]int{}
+	for _, s := range f.all() {
+		s.coll.mu.Lock()
+		for k, v := range s.coll.errs {
+			total[k] += v
+		}
+		s.coll.mu.Unlock()
+	}
+	return total
+}

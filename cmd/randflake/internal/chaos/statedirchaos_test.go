@@ -1,0 +1,117 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"fmt"
+	mrand "math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake/statedir"
+)
+
+const (
+	stateProcs = 16
+	stateClaim = 64 // --claim: one block of node IDs per process
+	stateChaos = 35 * time.Second
+)
+
+// TestChaosStateDir runs 16 `randflake serve` processes on one state
+// directory, with no configuration but the directory, and SIGKILLs random
+// ones, some while they start, replacing each at once.
+func TestChaosStateDir(t *testing.T) {
+	began := time.Now()
+	rng := mrand.New(mrand.NewPCG(uint64(seed), 0x57a7))
+	dir := filepath.Join(t.TempDir(), "state")
+	f := newFleet(t, fleetConfig{
+		name: "statedir",
+		env:  append(baseEnv(), "RANDFLAKE_STATE_DIR="+dir),
+		args: func(s *server) ([]string, func(), error) {
+			return []string{"--claim", fmt.Sprint(stateClaim), "--shutdown-timeout", "5s"}, func() {}, nil
+		},
+		clients:      []clientSpec{{1, 20 * time.Millisecond}, {100, 40 * time.Millisecond}, {1000, 200 * time.Millisecond}},
+		readyTimeout: 40 * time.Second,
+		requestLimit: 2 * time.Second,
+	})
+	f.event("%d servers started at once on one new state directory, %d node IDs each", stateProcs, stateClaim)
+	for i := 1; i <= stateProcs; i++ {
+		f.launch(fmt.Sprintf("p%02d", i), "initial", "")
+	}
+	if starting := f.waitStarted(60 * time.Second); len(starting) > 0 {
+		t.Fatalf("%d servers not ready after 60s; %s: %s", len(starting), starting[0].name, starting[0].proc().tail(10))
+	}
+
+	kills, startKills := 0, 0
+	chaosStart := time.Now()
+	for time.Since(chaosStart) < stateChaos {
+		time.Sleep(300*time.Millisecond + upTo(rng, 1700*time.Millisecond))
+		var s *server
+		if rng.IntN(4) == 0 {
+			s = f.pick(rng, "starting")
+		}
+		if s == nil {
+			s = f.pick(rng, "serving")
+		}
+		if s == nil {
+			continue
+		}
+		pid := s.pidString()
+		if st := s.kill(); st == "starting" {
+			startKills++
+			f.event("SIGKILL %s (%s) while it starts", s.name, pid)
+			continue
+		}
+		kills++
+		r := f.launch(fmt.Sprintf("r%02d", kills), "replacement", "replaces "+s.name)
+		f.event("SIGKILL %s (%s); replacement %s launched", s.name, pid, r.name)
+		if rng.IntN(4) == 0 {
+			// Kill the replacement's first attempt in the middle of its
+			// start-up: claiming blocks, writing the state.
+			time.Sleep(upTo(rng, 150*time.Millisecond))
+			switch st := r.kill(); st {
+			case "starting":
+				startKills++
+				f.event("SIGKILL %s while it starts (%.0fms after launch)", r.name, time.Since(r.launched).Seconds()*1000)
+			case "serving":
+				kills++
+				r2 := f.launch(fmt.Sprintf("r%02d", kills), "replacement", "replaces "+r.name)
+				f.event("SIGKILL %s just after it became ready; replacement %s launched", r.name, r2.name)
+			}
+		}
+		if lat, ok := f.waitProgress(time.Now(), 10*time.Second); !ok {
+			t.Errorf("the fleet issued no ID within 10s after SIGKILL %s", s.name)
+		} else if lat > time.Second {
+			f.event("the fleet issued again %.1fs later", lat.Seconds())
+		}
+	}
+
+	if starting := f.waitStarted(30 * time.Second); len(starting) > 0 {
+		for _, s := range starting {
+			t.Errorf("%s (%s) never became ready: start failures %s; log: %s", s.name, s.note, s.failSummary(), s.proc().tail(5))
+		}
+	}
+	settle := time.Now()
+	for _, s := range f.waitAllIssuing(settle, 20*time.Second) {
+		t.Errorf("%s issued no ID in the %.0fs after the schedule ended; its clients' errors: %s; log: %s",
+			s.name, time.Since(settle).Seconds(), s.errorSummary(), s.proc().tail(5))
+	}
+	time.Sleep(time.Second)
+	f.event("schedule done; stopping the servers (SIGTERM)")
+	f.stop(10 * time.Second)
+
+	secret, err := statedir.LoadSecret(filepath.Join(dir, "secret"))
+	if err != nil {
+		t.Fatalf("reading the state directory's secret: %v", err)
+	}
+	r := analyze(f.all(), checkConfig{secret: secret, rangeSize: stateClaim, strict: true, start: f.start})
+	head := fmt.Sprintf("chaos statedir: seed %d, %d servers on one state directory (+%d replacements), %s, %s; %s, %.0fs",
+		seed, stateProcs, kills, plural(kills, "SIGKILL", "SIGKILLs"), plural(startKills, "SIGKILL during start-up", "SIGKILLs during start-up"),
+		f.idLine(r), time.Since(began).Seconds())
+	f.summarize(r, head, nil, stateClaim)
+	for _, e := range r.errors {
+		t.Error(e)
+	}
+	f.requireProgress(t, r, 100_000)
+}
