@@ -20,5 +20,14 @@ echo "== etcd lease module: vet and tests against an in-process etcd"
 echo "== command module (randflake gen/inspect/serve/...): vet and tests under -race"
 (cd cmd/randflake && go vet ./... && go test -race -count=1 ./...)
 
+echo "== fleet chaos: serve on a 3-member etcd cluster and 16 serve on one state directory, under SIGKILL, SIGSTOP, partitions and quorum loss (2 minutes)"
+(cd cmd/randflake && go vet -tags chaos ./internal/chaos/ && log=$(mktemp) && trap 'rm -f "$log"' EXIT &&
+	if go test -tags chaos -count=1 -timeout 10m -v ./internal/chaos/ >"$log" 2>&1; then
+		grep -E '^(chaos( [a-z]+)?: |--- |ok )' "$log"
+	else
+		cat "$log"
+		exit 1
+	fi)
+
 echo "== bench module: vet, and every benchmark once"
 (cd bench && go vet ./... && go test -count=1 -run . -bench . -benchtime 1x ./... >/dev/null && echo "bench: every benchmark ran once")
