@@ -211,6 +211,26 @@ func stats(t *testing.T, name string, c *randflake.Sparx64, seen map[int64]strin
 	return minTS, maxTS
 }
 
+// initDir creates a state directory with a complete history (its secret
+// and a state file written by the process that created it), so that the
+// processes started on it need not wait, and returns its cipher.
+func initDir(t *testing.T, dir string) *randflake.Sparx64 {
+	t.Helper()
+	d, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSource(t, d, Options{Nodes: 64, LastNode: 63})
+	l, err := s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(context.Background(), l, 0); err != nil {
+		t.Fatal(err)
+	}
+	return cipherOf(t, dir)
+}
+
 func cipherOf(t *testing.T, dir string) *randflake.Sparx64 {
 	d, err := Open(dir)
 	if err != nil {
@@ -261,7 +281,7 @@ func TestProcessKilledTakeover(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	dir := filepath.Join(t.TempDir(), "state")
-	c := cipherOf(t, dir)
+	c := initDir(t, dir)
 	seen := map[int64]string{}
 
 	first := startHelper(t, dir, 63, "kill")
@@ -313,4 +333,68 @@ func TestProcessKilledTakeover(t *testing.T) {
 		t.Fatalf("third process issued second %d, not after %d", min3, max2)
 	}
 	t.Logf("%d IDs, no duplicate; %.1fs from the SIGKILL to the end", len(seen), time.Since(killedAt).Seconds())
+}
+
+// A busy process is SIGKILLed in the middle of a second, its state is lost
+// or damaged, and a new process starts at once on the same node IDs: it
+// waits out the horizon instead of reissuing the dead process's IDs.
+func TestKilledThenStateLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	damages := map[string]func(path string) error{
+		"deleted": os.Remove,
+		"header only": func(path string) error {
+			return os.WriteFile(path, []byte(stateHeader+"\n"), 0o600)
+		},
+		"cut in the first record": func(path string) error {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			i := strings.Index(string(data), "\n0 ")
+			return os.WriteFile(path, data[:i+4], 0o600)
+		},
+		"records repeated": func(path string) error {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = fmt.Fprintf(f, "0 %d %d\n0 %d %d\n", randflake.Epoch, randflake.Epoch, randflake.Epoch, randflake.Epoch)
+			return err
+		},
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "state")
+			c := initDir(t, dir)
+			first := startHelper(t, dir, 63, "kill")
+			l1 := first.waitLease(t)
+			// Let it issue for a while, then kill it half-way through a second.
+			time.Sleep(1500 * time.Millisecond)
+			now := time.Now()
+			time.Sleep(now.Truncate(time.Second).Add(1500 * time.Millisecond).Sub(now))
+			if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			first.wait(t)
+			if err := damage(filepath.Join(dir, "state")); err != nil {
+				t.Fatal(err)
+			}
+			second := startHelper(t, dir, 63, "1500ms")
+			l2 := second.waitLease(t)
+			if code := second.wait(t); code != 0 {
+				t.Fatalf("second process exited with %d", code)
+			}
+			seen := map[int64]string{}
+			_, max1 := stats(t, "the killed process", c, seen, first.ids(t), l1)
+			min2, _ := stats(t, "the process after the loss", c, seen, second.ids(t), l2)
+			if min2 <= max1 {
+				t.Fatalf("after the state was %s, the new process issued second %d on the killed one's node IDs, which used seconds up to %d", name, min2, max1)
+			}
+			t.Logf("%d IDs, no duplicate; the new process started %ds after the killed one's last second", len(seen), min2-max1)
+		})
+	}
 }

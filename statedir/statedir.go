@@ -6,7 +6,8 @@
 //
 //	secret          32 hexadecimal digits, created on first use (mode 0600)
 //	state           per block of node IDs: the clock when last written and
-//	                the newest second any ID on them may carry
+//	                the newest second any ID on them may carry, with a
+//	                checksum (see below)
 //	lock            serialises changes to state (flock, held for milliseconds)
 //	blocks/NNNN     one lock file per block of 64 node IDs (flock)
 //
@@ -26,7 +27,37 @@
 // or another one taking over after a crash, starts strictly after the
 // recorded second; it prefers blocks whose recorded second has passed, so
 // a restart after a crash waits only if every free block was used in the
-// last Horizon.
+// last Horizon. While it waits it holds the blocks and records nothing, so
+// a process stopped or restarted during the wait does not push the start
+// further out.
+//
+// # History it cannot see is history it waits out
+//
+// The state file ends in a SHA-256 checksum of its contents. A file that
+// is missing, truncated, edited, of an older version, or otherwise fails
+// its check means the history of every block is unknown: an earlier holder
+// may have promised seconds up to now + the longest horizon. The process
+// then rewrites the state to say so (a line "unrecorded UNTIL" covering
+// every block without a record), keeps the damaged file as state.corrupt,
+// logs the wait, and uses no block before UNTIL has passed: about 11
+// seconds with the default horizon. Only a brand-new directory, whose
+// secret this process has just created and uses, needs no wait; with a
+// secret from outside (Options.ExternalSecret) even an empty directory
+// waits, since IDs may have been issued under that secret before it
+// existed. A file that passes its checksum but holds impossible values
+// (seconds outside the lifetime of Randflake IDs, a block twice) is
+// refused with ErrCorruptState: someone forged it.
+//
+// # Trust nothing it does not own
+//
+// The directory and blocks/ must be real directories (not symbolic links)
+// of the current user or root, not writable by group or others; every file
+// in them must be a regular file of theirs, opened without following links
+// and without blocking, with bounded reads; the secret must not be
+// accessible to group or others. Anything else is refused with an error
+// that names the path and the fix. Every second read is checked to lie in
+// the lifetime of Randflake IDs before any arithmetic, and no file is ever
+// written that a later start would refuse.
 //
 // # Assumptions
 //
@@ -34,9 +65,13 @@
 //     network file systems is unreliable) and no other machine uses the
 //     same node IDs with the same secret. To combine machines, give each a
 //     disjoint Options.FirstNode..LastNode, or use etcd.
-//   - The state directory survives restarts, and fsync makes writes
-//     durable. A lost or restored-from-backup state directory forgets the
-//     recorded seconds.
+//   - fsync makes writes durable. A state directory that is lost or
+//     restored from an old backup is detected only if its state file is
+//     missing or fails its check; a consistent old copy of the whole
+//     directory is not (restore the secret alone, never old state).
+//   - No process of a directory uses a longer Horizon than a process
+//     waiting after a loss waits out: the longer of its own Horizon and
+//     DefaultHorizon. Give every process of a directory the same Horizon.
 //   - The wall clock does not step back past a recorded second while the
 //     processes are down. A running generator survives steps back (it
 //     keeps to its own seconds), but a new process can only tell which
@@ -54,14 +89,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/randflake/randflake"
@@ -104,7 +138,21 @@ type Options struct {
 	// Horizon is how far ahead of the clock a claim is recorded, rounded up
 	// to whole seconds (0: DefaultHorizon). After a crash, the crashed
 	// process's node IDs can be reused that long after its last renewal.
+	// Every process of a directory should use the same Horizon: when the
+	// history is unknown, a process waits out the longer of its own
+	// Horizon and DefaultHorizon.
 	Horizon time.Duration
+	// ExternalSecret says that the generator's secret does not come from
+	// this directory (a fleet secret from a file or the environment). IDs
+	// under it may then have been issued before this directory existed
+	// (a container restarted on an empty directory), so a missing state
+	// file is unknown history, waited out, even in a brand-new directory.
+	ExternalSecret bool
+	// Logger receives what the source does that an operator should know:
+	// history found unknown (and the wait it costs), waits for a previous
+	// holder's promise, a corrupt state file. Nil: slog.Default(). It is
+	// also the Leased generator's logger in NewLeased.
+	Logger *slog.Logger
 
 	// Shards and OnError are passed to randflake.LeasedConfig by NewLeased.
 	Shards  int
@@ -115,6 +163,9 @@ type Options struct {
 type Dir struct {
 	path   string
 	secret []byte
+	// fresh: Open created the secret, so until a state file is first
+	// read, a missing one means no ID was ever issued under it.
+	fresh atomic.Bool
 }
 
 // DefaultPath returns the default state directory of the current user:
@@ -145,9 +196,11 @@ func DefaultPath() (string, error) {
 }
 
 // Open opens the state directory at path (DefaultPath if empty), creating
-// it (mode 0700) and its secret (mode 0600) on first use. It refuses a
-// directory writable by group or others and a secret file that group or
-// others may read or write.
+// it (mode 0700) and its secret (mode 0600) on first use. The directory and
+// its blocks directory must be real directories (not links) of the current
+// user or root that group and others cannot write; the secret, a regular
+// file of theirs that group and others cannot access. Anything else is
+// refused with the path and the fix.
 func Open(path string) (*Dir, error) {
 	if path == "" {
 		p, err := DefaultPath()
@@ -159,21 +212,19 @@ func Open(path string) (*Dir, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("statedir: %w", err)
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
+	if err := checkDir(path); err != nil {
+		return nil, err
+	}
+	blocks := filepath.Join(path, "blocks")
+	if err := os.Mkdir(blocks, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("statedir: %w", err)
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("statedir: %s is not a directory", path)
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("statedir: %s is writable by group or others (mode %v): chmod go-w it", path, fi.Mode().Perm())
-	}
-	if err := os.MkdirAll(filepath.Join(path, "blocks"), 0o700); err != nil {
-		return nil, fmt.Errorf("statedir: %w", err)
+	if err := checkDir(blocks); err != nil {
+		return nil, err
 	}
 	d := &Dir{path: path}
 	secretPath := filepath.Join(path, "secret")
+	var err error
 	d.secret, err = LoadSecret(secretPath)
 	if errors.Is(err, os.ErrNotExist) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -188,51 +239,17 @@ func Open(path string) (*Dir, error) {
 			if _, err := rand.Read(d.secret); err != nil {
 				return fmt.Errorf("statedir: %w", err)
 			}
-			return writeDurably(secretPath, []byte(hex.EncodeToString(d.secret)+"\n"))
+			if err := writeDurably(secretPath, []byte(hex.EncodeToString(d.secret)+"\n")); err != nil {
+				return err
+			}
+			d.fresh.Store(true)
+			return nil
 		})
 	}
 	if err != nil {
 		return nil, err
 	}
 	return d, nil
-}
-
-// LoadSecret reads a 16-byte secret from a file holding 32 hexadecimal
-// digits (surrounding white space ignored) or the 16 bytes themselves. It
-// refuses a file that group or others may access (mode bits 0077): chmod
-// 600 it. Errors never include the file's contents.
-func LoadSecret(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("statedir: secret: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("statedir: secret: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("statedir: secret %s is not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("statedir: secret %s is accessible to group or others (mode %v): chmod 600 it", path, perm)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("statedir: secret: %w", err)
-	}
-	if len(data) == 16 {
-		return data, nil
-	}
-	s := bytes.TrimSpace(data)
-	secret := make([]byte, 16)
-	if len(s) != 32 {
-		return nil, fmt.Errorf("statedir: secret %s: want 32 hexadecimal digits or 16 bytes, found %d bytes", path, len(data))
-	}
-	if _, err := hex.Decode(secret, s); err != nil {
-		return nil, fmt.Errorf("statedir: secret %s: want 32 hexadecimal digits or 16 bytes", path)
-	}
-	return secret, nil
 }
 
 // Path returns the directory's path.
@@ -249,6 +266,7 @@ func NewLeased(ctx context.Context, path string, opts Options) (*randflake.Lease
 	if err != nil {
 		return nil, err
 	}
+	opts.ExternalSecret = false // the directory's own secret
 	src, err := d.Source(opts)
 	if err != nil {
 		return nil, err
@@ -258,6 +276,7 @@ func NewLeased(ctx context.Context, path string, opts Options) (*randflake.Lease
 		Source:  src,
 		Shards:  opts.Shards,
 		OnError: opts.OnError,
+		Logger:  src.log,
 	})
 }
 
@@ -269,7 +288,11 @@ type Source struct {
 	nodes       int64 // multiple of BlockSize
 	first, last int64 // block-aligned node range
 	horizon     int64 // seconds
+	unknownWait int64 // seconds: how long unknown history is waited out
+	external    bool
+	log         *slog.Logger
 	now         func() time.Time
+	sleep       func(context.Context, time.Duration) error
 
 	mu    sync.Mutex
 	claim *claim
@@ -286,7 +309,11 @@ func (d *Dir) Source(opts Options) (*Source, error) {
 	if !flockSupported {
 		return nil, ErrUnsupported
 	}
-	s := &Source{dir: d, nodes: opts.Nodes, first: opts.FirstNode, last: opts.LastNode, now: time.Now}
+	s := &Source{dir: d, nodes: opts.Nodes, first: opts.FirstNode, last: opts.LastNode,
+		external: opts.ExternalSecret, log: opts.Logger, now: time.Now, sleep: sleepCtx}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
 	if s.first == 0 && s.last == 0 {
 		s.last = randflake.MaxNode
 	}
@@ -311,13 +338,71 @@ func (d *Dir) Source(opts Options) (*Source, error) {
 		return nil, fmt.Errorf("statedir: negative horizon %v", h)
 	}
 	s.horizon = int64((h + time.Second - 1) / time.Second)
+	s.unknownWait = max(s.horizon, int64(DefaultHorizon/time.Second))
 	return s, nil
+}
+
+// clock returns the current second, refusing one outside the lifetime of
+// Randflake IDs (a clock far off, or an ID space used up).
+func (s *Source) clock() (int64, error) {
+	now := s.now().Unix()
+	if now < randflake.Epoch || now > randflake.MaxTimestamp {
+		return 0, fmt.Errorf("statedir: the clock reads %s, outside the lifetime of Randflake IDs (%s to %s)",
+			formatTime(now), formatTime(randflake.Epoch), formatTime(randflake.MaxTimestamp))
+	}
+	return now, nil
+}
+
+// loadState reads the state; the caller holds the directory lock. History
+// it cannot see is history it waits out: with no state file (unless the
+// directory's secret was just created here and is the one in use) or one
+// that fails its check, every block may have been used up to now plus the
+// longest promise, and the state is rewritten to say so at once, so that
+// a process restarted during the wait does not push it further out. A file
+// that passes its check but holds impossible values is refused.
+func (s *Source) loadState(now int64) (state, error) {
+	fresh := s.dir.fresh.Swap(false) && !s.external
+	data, err := s.dir.readStateFile()
+	if err != nil {
+		return state{}, err
+	}
+	var why string
+	switch {
+	case data == nil && fresh:
+		return state{unrecorded: randflake.Epoch, recs: map[int]record{}}, nil
+	case data == nil && s.external:
+		why = "no state file, and the secret comes from outside the directory"
+	case data == nil:
+		why = "no state file, but the directory's secret already existed"
+	default:
+		st, err := parseState(data)
+		if err == nil {
+			return st, nil
+		}
+		if !errors.Is(err, errUnverified) {
+			return state{}, fmt.Errorf("%w: %s: %v; move it away after checking it (the next start then waits out the horizon)",
+				ErrCorruptState, s.dir.statePath(), errors.Unwrap(err))
+		}
+		why = err.Error()
+		if err := writeDurably(s.dir.statePath()+".corrupt", data); err != nil {
+			s.log.Warn("statedir: could not keep a copy of the state file", "err", err)
+		}
+	}
+	st := state{unrecorded: min(now+s.unknownWait, randflake.MaxTimestamp), recs: map[int]record{}}
+	s.log.Warn("statedir: the history of the node IDs is unknown: none is used before the longest promise has passed",
+		"dir", s.dir.path, "reason", why, "until", formatTime(st.unrecorded), "wait", fmt.Sprintf("%ds", st.unrecorded-now+1))
+	if err := s.dir.writeState(st); err != nil {
+		return state{}, err
+	}
+	return st, nil
 }
 
 // Acquire claims Options.Nodes node IDs: the first free range (by flock)
 // whose recorded second has passed, or else the free range whose recorded
-// second is the oldest. The lease starts after that second; it ends
-// Horizon from now, recorded before Acquire returns.
+// second is the oldest. The lease starts after that second. If that is
+// still ahead of the clock, Acquire holds the range and waits, within ctx,
+// recording nothing new meanwhile; then it records the lease's end,
+// Horizon from now, before returning.
 func (s *Source) Acquire(ctx context.Context) (randflake.Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,71 +410,107 @@ func (s *Source) Acquire(ctx context.Context) (randflake.Lease, error) {
 		return randflake.Lease{}, errors.New("statedir: the source already holds a lease")
 	}
 	k := int(s.nodes / BlockSize)
-	var lease randflake.Lease
-	err := s.dir.locked(ctx, func() error {
-		recs, err := s.dir.readState()
-		if err != nil {
-			return err
-		}
-		now := s.now().Unix()
-		var newest int64
-		for _, r := range recs {
-			newest = max(newest, r.at)
-		}
-		if now < newest {
-			return fmt.Errorf("%w: it reads %s, %s was recorded in %s", ErrClockBehind,
-				formatTime(now), formatTime(newest), s.dir.path)
-		}
-		type slot struct {
-			block int
-			until int64
-		}
-		var slots []slot
-		for b := int(s.first / BlockSize); b+k-1 <= int(s.last/BlockSize); b += k {
-			sl := slot{block: b}
-			for i := b; i < b+k; i++ {
-				sl.until = max(sl.until, recs[i].until)
-			}
-			slots = append(slots, sl)
-		}
-		// Ranges whose recorded second has passed first, in order; then
-		// the others, soonest first.
-		sort.SliceStable(slots, func(i, j int) bool {
-			ri, rj := slots[i].until < now, slots[j].until < now
-			if ri != rj {
-				return ri
-			}
-			return !ri && slots[i].until < slots[j].until
-		})
-		for _, sl := range slots {
-			files, err := s.dir.lockBlocks(sl.block, k)
+	var c *claim
+	var start int64
+	for {
+		waitFor := int64(0)
+		err := s.dir.locked(ctx, func() error {
+			now, err := s.clock()
 			if err != nil {
 				return err
 			}
-			if files == nil {
-				continue // held by another process
-			}
-			start := max(sl.until+1, randflake.Epoch)
-			end := max(now, start-1) + s.horizon
-			for i := sl.block; i < sl.block+k; i++ {
-				recs[i] = record{at: max(recs[i].at, now), until: end}
-			}
-			if err := s.dir.writeState(recs); err != nil {
-				closeAll(files)
+			st, err := s.loadState(now)
+			if err != nil {
 				return err
 			}
-			lease = randflake.Lease{
+			if newest := st.newest(); now < newest {
+				return fmt.Errorf("%w: it reads %s, %s was recorded in %s", ErrClockBehind,
+					formatTime(now), formatTime(newest), s.dir.path)
+			}
+			if c == nil {
+				if c, err = s.claimFree(st, now, k); err != nil {
+					return err
+				}
+			}
+			first := int(c.lease.FirstNode / BlockSize)
+			for b := first; b < first+k; b++ {
+				start = max(start, st.until(b)+1)
+			}
+			if start > randflake.MaxTimestamp {
+				return fmt.Errorf("statedir: node IDs %d-%d are used up to the last second of Randflake IDs", c.lease.FirstNode, c.lease.LastNode)
+			}
+			if start > now {
+				waitFor = start
+				return nil
+			}
+			end := min(now+s.horizon, randflake.MaxTimestamp)
+			for b := first; b < first+k; b++ {
+				st.recs[b] = record{at: max(st.recs[b].at, now), until: end}
+			}
+			if err := s.dir.writeState(st); err != nil {
+				return err
+			}
+			c.lease.Start, c.lease.End = start, end
+			return nil
+		})
+		if err == nil && waitFor == 0 {
+			s.claim = c
+			return c.lease, nil
+		}
+		if err == nil {
+			s.log.Info("statedir: waiting for the previous holder's last second to pass",
+				"nodes", fmt.Sprintf("%d-%d", c.lease.FirstNode, c.lease.LastNode), "start", formatTime(waitFor))
+			if err = s.sleep(ctx, time.Unix(waitFor, 0).Sub(s.now())); err != nil {
+				err = fmt.Errorf("statedir: waiting for node IDs %d-%d to be free at %s: %w",
+					c.lease.FirstNode, c.lease.LastNode, formatTime(waitFor), err)
+			}
+		}
+		if err != nil {
+			if c != nil {
+				closeAll(c.files)
+			}
+			return randflake.Lease{}, err
+		}
+	}
+}
+
+// claimFree locks a free range of k blocks: one whose recorded second has
+// passed, in order, else the one whose recorded second is the oldest.
+func (s *Source) claimFree(st state, now int64, k int) (*claim, error) {
+	type slot struct {
+		block int
+		until int64
+	}
+	var slots []slot
+	for b := int(s.first / BlockSize); b+k-1 <= int(s.last/BlockSize); b += k {
+		sl := slot{block: b}
+		for i := b; i < b+k; i++ {
+			sl.until = max(sl.until, st.until(i))
+		}
+		if sl.until < randflake.MaxTimestamp {
+			slots = append(slots, sl)
+		}
+	}
+	sort.SliceStable(slots, func(i, j int) bool {
+		ri, rj := slots[i].until < now, slots[j].until < now
+		if ri != rj {
+			return ri
+		}
+		return !ri && slots[i].until < slots[j].until
+	})
+	for _, sl := range slots {
+		files, err := s.dir.lockBlocks(sl.block, k)
+		if err != nil {
+			return nil, err
+		}
+		if files != nil {
+			return &claim{files: files, lease: randflake.Lease{
 				FirstNode: int64(sl.block) * BlockSize,
 				LastNode:  int64(sl.block+k)*BlockSize - 1,
-				Start:     start,
-				End:       end,
-			}
-			s.claim = &claim{lease: lease, files: files}
-			return nil
+			}}, nil
 		}
-		return fmt.Errorf("%w (%d node IDs each, in %d-%d of %s)", ErrNoFreeNodes, s.nodes, s.first, s.last, s.dir.path)
-	})
-	return lease, err
+	}
+	return nil, fmt.Errorf("%w (%d node IDs each, in %d-%d of %s)", ErrNoFreeNodes, s.nodes, s.first, s.last, s.dir.path)
 }
 
 // held returns the claim of l, or an error.
@@ -419,20 +540,23 @@ func (s *Source) Renew(ctx context.Context, l randflake.Lease) (randflake.Lease,
 			return randflake.Lease{}, fmt.Errorf("statedir: lock file of block %d was removed or replaced: %w", first+i, randflake.ErrLeaseLost)
 		}
 	}
-	now := s.now().Unix()
-	end := now + s.horizon
+	now, err := s.clock()
+	if err != nil {
+		return randflake.Lease{}, err
+	}
+	end := min(now+s.horizon, randflake.MaxTimestamp)
 	if end <= c.lease.End {
 		return c.lease, nil // the clock has not moved on enough
 	}
 	err = s.dir.locked(ctx, func() error {
-		recs, err := s.dir.readState()
+		st, err := s.loadState(now)
 		if err != nil {
 			return err
 		}
 		for i := first; i < first+len(c.files); i++ {
-			recs[i] = record{at: max(recs[i].at, now), until: max(recs[i].until, end)}
+			st.recs[i] = record{at: max(st.recs[i].at, now), until: max(st.until(i), end)}
 		}
-		return s.dir.writeState(recs)
+		return s.dir.writeState(st)
 	})
 	if err != nil {
 		return randflake.Lease{}, err
@@ -455,194 +579,24 @@ func (s *Source) Release(ctx context.Context, l randflake.Lease, lastUsed int64)
 		closeAll(c.files)
 		s.claim = nil
 	}()
-	until := max(lastUsed, c.lease.Start-1)
-	now := s.now().Unix()
+	if lastUsed > c.lease.End {
+		return fmt.Errorf("statedir: release of %v reports second %s, after the lease's end; the promise stands", c.lease, formatTime(lastUsed))
+	}
+	until := max(lastUsed, c.lease.Start-1, randflake.Epoch)
+	now := max(s.now().Unix(), randflake.Epoch)
 	first := int(c.lease.FirstNode / BlockSize)
 	return s.dir.locked(ctx, func() error {
-		recs, err := s.dir.readState()
+		st, err := s.loadState(min(now, randflake.MaxTimestamp))
 		if err != nil {
 			return err
 		}
 		for i := first; i < first+len(c.files); i++ {
-			recs[i] = record{at: max(recs[i].at, now), until: until}
+			st.recs[i] = record{at: min(max(st.recs[i].at, now), randflake.MaxTimestamp), until: until}
 		}
-		return s.dir.writeState(recs)
+		return s.dir.writeState(st)
 	})
-}
-
-func closeAll(files []*os.File) {
-	for _, f := range files {
-		f.Close() // releases the flock
-	}
 }
 
 func formatTime(sec int64) string {
 	return time.Unix(sec, 0).UTC().Format(time.RFC3339)
-}
-
-// record is the state of one block.
-type record struct {
-	at    int64 // the newest clock reading written with it
-	until int64 // no ID on the block carries a later second
-}
-
-const stateHeader = "randflake statedir 1"
-
-// readState reads the state file; a missing file is an empty state.
-func (d *Dir) readState() (map[int]record, error) {
-	path := filepath.Join(d.path, "state")
-	data, err := os.ReadFile(path)
-	recs := map[int]record{}
-	if errors.Is(err, os.ErrNotExist) {
-		return recs, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("statedir: %w", err)
-	}
-	lines := strings.Split(string(data), "\n")
-	if lines[0] != stateHeader {
-		return nil, fmt.Errorf("statedir: %s: not a state file (first line %q)", path, lines[0])
-	}
-	for n, line := range lines[1:] {
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		f := strings.Fields(line)
-		var v [3]int64
-		ok := len(f) == 3
-		for i := 0; ok && i < 3; i++ {
-			v[i], err = strconv.ParseInt(f[i], 10, 64)
-			ok = err == nil && v[i] >= 0
-		}
-		if !ok || v[0] > randflake.MaxNode/BlockSize {
-			return nil, fmt.Errorf("statedir: %s:%d: malformed line %q", path, n+2, line)
-		}
-		recs[int(v[0])] = record{at: v[1], until: v[2]}
-	}
-	return recs, nil
-}
-
-// writeState replaces the state file durably.
-func (d *Dir) writeState(recs map[int]record) error {
-	blocks := make([]int, 0, len(recs))
-	for b := range recs {
-		blocks = append(blocks, b)
-	}
-	sort.Ints(blocks)
-	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "%s\n# block recorded-at used-until: no ID on node IDs %d*block to %d*block+%d carries a second\n# after used-until (Unix seconds); recorded-at is the newest clock reading written.\n",
-		stateHeader, BlockSize, BlockSize, BlockSize-1)
-	for _, b := range blocks {
-		fmt.Fprintf(&buf, "%d %d %d\n", b, recs[b].at, recs[b].until)
-	}
-	return writeDurably(filepath.Join(d.path, "state"), buf.Bytes())
-}
-
-// writeDurably replaces path with data (mode 0600): a temporary file is
-// written and synced, renamed over path, and the directory synced. Callers
-// hold the directory lock, so the temporary name is theirs.
-func writeDurably(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("statedir: %w", err)
-	}
-	err = f.Chmod(0o600)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("statedir: writing %s: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(path string) error {
-	d, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && runtime.GOOS != "windows" {
-		return err
-	}
-	return nil
-}
-
-// locked runs fn holding the directory lock, waiting for it within ctx.
-func (d *Dir) locked(ctx context.Context, fn func() error) error {
-	f, err := os.OpenFile(filepath.Join(d.path, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("statedir: %w", err)
-	}
-	defer f.Close()
-	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
-		ok, err := tryLock(f)
-		if err != nil {
-			return fmt.Errorf("statedir: locking %s: %w", f.Name(), err)
-		}
-		if ok {
-			break
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("statedir: waiting for %s: %w", f.Name(), ctx.Err())
-		case <-t.C:
-		}
-	}
-	return fn() // closing f releases the lock
-}
-
-func (d *Dir) blockPath(b int) string {
-	return filepath.Join(d.path, "blocks", fmt.Sprintf("%04d", b))
-}
-
-// lockBlocks locks the files of blocks first..first+k-1 without waiting.
-// It returns nil files if another process holds one of them.
-func (d *Dir) lockBlocks(first, k int) ([]*os.File, error) {
-	files := make([]*os.File, 0, k)
-	for b := first; b < first+k; b++ {
-		f, err := os.OpenFile(d.blockPath(b), os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			closeAll(files)
-			return nil, fmt.Errorf("statedir: %w", err)
-		}
-		ok, err := tryLock(f)
-		if err != nil || !ok {
-			f.Close()
-			closeAll(files)
-			if err != nil {
-				return nil, fmt.Errorf("statedir: locking %s: %w", f.Name(), err)
-			}
-			return nil, nil
-		}
-		files = append(files, f)
-	}
-	return files, nil
-}
-
-// stillLocked reports whether f, a locked lock file, is still the file at
-// block b's path.
-func (d *Dir) stillLocked(f *os.File, b int) bool {
-	held, err := f.Stat()
-	if err != nil {
-		return false
-	}
-	cur, err := os.Stat(d.blockPath(b))
-	return err == nil && os.SameFile(held, cur)
 }

@@ -1,0 +1,168 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package statedir
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// expectRefusal runs fn, which must fail at once with an error naming
+// path and containing want.
+func expectRefusal(t *testing.T, what, path, want string, fn func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("%s: accepted, want a refusal", what)
+		} else if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error naming %s and saying %q", what, err, path, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: still blocked after 5s, want an immediate refusal", what)
+	}
+}
+
+// Secrets and tokens are read only from regular files of ours that others
+// cannot access: links, FIFOs and devices are refused at once.
+func TestReadPrivateFileRefusesSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	os.WriteFile(good, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
+	if b, err := ReadPrivateFile(good, 100); err != nil || len(b) != 33 {
+		t.Fatalf("regular file: %q, %v", b, err)
+	}
+	link := filepath.Join(dir, "link")
+	os.Symlink(good, link)
+	expectRefusal(t, "symbolic link", link, "symbolic link", func() error { _, err := ReadPrivateFile(link, 100); return err })
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expectRefusal(t, "FIFO", fifo, "not a regular file (a FIFO)", func() error { _, err := LoadSecret(fifo); return err })
+	expectRefusal(t, "/dev/zero", "/dev/zero", "not a regular file", func() error { _, err := ReadPrivateFile("/dev/zero", 4096); return err })
+	expectRefusal(t, "a directory", dir, "not a regular file", func() error { _, err := ReadPrivateFile(dir, 4096); return err })
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, make([]byte, 5000), 0o600)
+	expectRefusal(t, "a large file", big, "larger than 4096 bytes", func() error { _, err := ReadPrivateFile(big, 4096); return err })
+	open := filepath.Join(dir, "open")
+	os.WriteFile(open, []byte("x"), 0o600)
+	os.Chmod(open, 0o640)
+	expectRefusal(t, "group-readable", open, "chmod 600", func() error { _, err := ReadPrivateFile(open, 100); return err })
+	zero := filepath.Join(dir, "zero")
+	os.WriteFile(zero, []byte("00000000000000000000000000000000\n"), 0o600)
+	expectRefusal(t, "all-zero secret", zero, "all zeros", func() error { _, err := LoadSecret(zero); return err })
+	if _, err := ParseSecret(make([]byte, 16)); err != ErrWeakSecret {
+		t.Errorf("ParseSecret of 16 zero bytes: %v, want ErrWeakSecret", err)
+	}
+}
+
+// Files of another user are refused (this needs root to set up: CI runs as
+// root).
+func TestForeignOwnerRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give files to another user")
+	}
+	const nobody = 65534
+	d := openTest(t)
+	os.Chown(filepath.Join(d.path, "secret"), nobody, nobody)
+	expectRefusal(t, "secret of another user", filepath.Join(d.path, "secret"), "belongs to uid 65534", func() error { _, err := Open(d.path); return err })
+	os.Chown(filepath.Join(d.path, "secret"), 0, 0)
+	os.Chown(d.path, nobody, nobody)
+	expectRefusal(t, "directory of another user", d.path, "belongs to uid 65534", func() error { _, err := Open(d.path); return err })
+	os.Chown(d.path, 0, 0)
+	d2 := openTest(t)
+	s := newSource(t, d2, Options{Nodes: 64, LastNode: 63})
+	lock := filepath.Join(d2.path, "lock")
+	os.WriteFile(lock, nil, 0o600)
+	os.Chown(lock, nobody, nobody)
+	expectRefusal(t, "lock file of another user", lock, "belongs to uid 65534", func() error { _, err := s.Acquire(context.Background()); return err })
+}
+
+// The state directory cannot be subverted with links, special files or
+// loose modes: each is refused, naming the path and the fix, and nothing
+// outside the directory is written.
+func TestStateDirectoryTampering(t *testing.T) {
+	ctx := context.Background()
+
+	// A symbolic link planted as state.tmp is not written through.
+	d := openTest(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("precious\n"), 0o644)
+	os.Symlink(victim, filepath.Join(d.path, "state.tmp"))
+	s := newSource(t, d, Options{Nodes: 64, LastNode: 63})
+	if _, err := s.Acquire(ctx); err != nil {
+		t.Fatalf("Acquire with a planted state.tmp link: %v", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
+		t.Errorf("the link's target was overwritten: %q", b)
+	}
+	if fi, _ := os.Stat(victim); fi.Mode().Perm() != 0o644 {
+		t.Errorf("the link's target was chmodded to %v", fi.Mode().Perm())
+	}
+
+	// blocks/ writable by others.
+	d = openTest(t)
+	os.Chmod(filepath.Join(d.path, "blocks"), 0o757)
+	expectRefusal(t, "blocks mode 0757", filepath.Join(d.path, "blocks"), "chmod go-w", func() error { _, err := Open(d.path); return err })
+
+	// The state directory or blocks/ as a link.
+	real := filepath.Join(t.TempDir(), "real")
+	if _, err := Open(real); err != nil {
+		t.Fatal(err)
+	}
+	alias := filepath.Join(t.TempDir(), "alias")
+	os.Symlink(real, alias)
+	expectRefusal(t, "state directory as a link", alias, "symbolic link", func() error { _, err := Open(alias); return err })
+	d = openTest(t)
+	os.Remove(filepath.Join(d.path, "blocks"))
+	os.Symlink(t.TempDir(), filepath.Join(d.path, "blocks"))
+	expectRefusal(t, "blocks as a link", filepath.Join(d.path, "blocks"), "symbolic link", func() error { _, err := Open(d.path); return err })
+
+	// The secret as a link to a private file elsewhere.
+	d = openTest(t)
+	elsewhere := filepath.Join(t.TempDir(), "secret")
+	os.Rename(filepath.Join(d.path, "secret"), elsewhere)
+	os.Symlink(elsewhere, filepath.Join(d.path, "secret"))
+	expectRefusal(t, "secret as a link", filepath.Join(d.path, "secret"), "symbolic link", func() error { _, err := Open(d.path); return err })
+
+	// state, lock and a block file as FIFOs, links or group-writable.
+	for _, c := range []struct{ name, want string }{
+		{"state", "a FIFO"}, {"lock", "a FIFO"}, {"blocks/0000", "a FIFO"},
+	} {
+		d = openTest(t)
+		p := filepath.Join(d.path, c.name)
+		os.Remove(p)
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := newSource(t, d, Options{Nodes: 64, LastNode: 63})
+		expectRefusal(t, c.name+" as a FIFO", p, c.want, func() error { _, err := s.Acquire(ctx); return err })
+	}
+	for _, name := range []string{"state", "lock", "blocks/0000"} {
+		d = openTest(t)
+		p := filepath.Join(d.path, name)
+		os.Remove(p)
+		if err := os.Symlink(victim, p); err != nil {
+			t.Fatal(err)
+		}
+		s := newSource(t, d, Options{Nodes: 64, LastNode: 63})
+		expectRefusal(t, name+" as a link", p, "symbolic link", func() error { _, err := s.Acquire(ctx); return err })
+		d = openTest(t)
+		p = filepath.Join(d.path, name)
+		os.WriteFile(p, nil, 0o600)
+		os.Chmod(p, 0o620)
+		s = newSource(t, d, Options{Nodes: 64, LastNode: 63})
+		expectRefusal(t, name+" group-writable", p, "chmod go-w", func() error { _, err := s.Acquire(ctx); return err })
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
+		t.Errorf("a link's target was written: %q", b)
+	}
+}
