@@ -64,6 +64,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
@@ -92,6 +93,8 @@ var (
 	// ErrClockBehind: the free node IDs were used up to a second too far
 	// ahead of this machine's clock to wait for.
 	ErrClockBehind = errors.New("etcdlease: the node IDs' recorded second is too far ahead of this machine's clock")
+	// ErrCorrupt: a used key holds a value this package never writes.
+	ErrCorrupt = errors.New("etcdlease: corrupt used second")
 )
 
 // Config configures a Source.
@@ -120,9 +123,11 @@ type Config struct {
 	// process ID).
 	Holder string
 
-	// Shards and OnError are passed to randflake.LeasedConfig by NewLeased.
+	// Shards, OnError and Logger are passed to randflake.LeasedConfig by
+	// NewLeased: Logger receives the lease's events.
 	Shards  int
 	OnError func(error)
+	Logger  *slog.Logger
 }
 
 // Source is a randflake.LeaseSource on etcd. It holds at most one lease at
@@ -202,6 +207,7 @@ func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Lease
 		Source:  src,
 		Shards:  cfg.Shards,
 		OnError: cfg.OnError,
+		Logger:  cfg.Logger,
 	})
 }
 
@@ -277,15 +283,19 @@ func (s *Source) acquire(ctx context.Context, c *claim, t0 time.Time) (randflake
 			if !resp.Succeeded {
 				continue // claimed by another process meanwhile
 			}
-			var used int64
+			used := int64(randflake.Epoch)
 			for _, kv := range resp.Responses[len(ops)-1].GetResponseRange().Kvs {
-				v, err := strconv.ParseInt(string(kv.Value), 10, 64)
+				v, err := parseUsed(kv.Key, kv.Value)
 				if err != nil {
-					return randflake.Lease{}, fmt.Errorf("etcdlease: malformed value of %s", kv.Key)
+					return randflake.Lease{}, err
 				}
 				used = max(used, v)
 			}
-			l := randflake.Lease{FirstNode: first, LastNode: last, Start: max(used+1, randflake.Epoch)}
+			if used >= randflake.MaxTimestamp {
+				s.dropClaim(ctx, c, first, last)
+				continue // used up for good
+			}
+			l := randflake.Lease{FirstNode: first, LastNode: last, Start: used + 1}
 			l.End = endFor(t0, c.ttl)
 			if l.End < l.Start {
 				if l.End, err = s.waitFor(ctx, c, l.Start); err != nil {
@@ -320,7 +330,10 @@ func (s *Source) freeSlots(ctx context.Context) ([]int64, error) {
 	}
 	used := map[string]int64{}
 	for _, kv := range usedResp.Kvs {
-		v, _ := strconv.ParseInt(string(kv.Value), 10, 64)
+		v, err := parseUsed(kv.Key, kv.Value)
+		if err != nil {
+			return nil, err
+		}
 		used[string(kv.Key)] = v
 	}
 	type slot struct{ first, until int64 }
@@ -334,7 +347,9 @@ outer:
 			}
 			sl.until = max(sl.until, used[s.usedKey(n)])
 		}
-		slots = append(slots, sl)
+		if sl.until < randflake.MaxTimestamp {
+			slots = append(slots, sl)
+		}
 	}
 	now := time.Now().Unix()
 	sort.SliceStable(slots, func(i, j int) bool {
@@ -349,6 +364,27 @@ outer:
 		firsts[i] = sl.first
 	}
 	return firsts, nil
+}
+
+// parseUsed reads the value of a used key: a second in the lifetime of
+// Randflake IDs. Anything else was not written by this package; it is
+// refused rather than guessed at.
+func parseUsed(key, value []byte) (int64, error) {
+	v, err := strconv.ParseInt(string(value), 10, 64)
+	if err != nil || v < randflake.Epoch || v > randflake.MaxTimestamp {
+		return 0, fmt.Errorf("%w: %s holds %.30q, not a second from %d to %d; remove it only if no process can have used its node ID in the last promise horizon",
+			ErrCorrupt, key, value, randflake.Epoch, randflake.MaxTimestamp)
+	}
+	return v, nil
+}
+
+// dropClaim deletes c's claim keys on first..last after a claim that
+// cannot be used.
+func (s *Source) dropClaim(ctx context.Context, c *claim, first, last int64) {
+	s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(s.claimKey(first)), "=", c.value)).
+		Then(clientv3.OpDelete(s.claimKey(first), clientv3.WithRange(s.claimKey(last+1)))).
+		Commit()
 }
 
 // waitFor keeps c's etcd lease alive until it covers second start, and
@@ -410,7 +446,7 @@ func (s *Source) ifClaimed(c *claim) []clientv3.Cmp {
 // recordPromise records, in c's used keys, that no ID will carry a second after
 // max(end, now + Promise), if c still holds its claim.
 func (s *Source) recordPromise(ctx context.Context, c *claim, end int64) error {
-	p := max(end, time.Now().Unix()+s.promise)
+	p := min(max(end, time.Now().Unix()+s.promise), randflake.MaxTimestamp)
 	ops := make([]clientv3.Op, 0, c.lease.Nodes())
 	v := strconv.FormatInt(p, 10)
 	for n := c.lease.FirstNode; n <= c.lease.LastNode; n++ {
@@ -487,7 +523,7 @@ func (s *Source) Release(ctx context.Context, l randflake.Lease, lastUsed int64)
 		return err
 	}
 	s.claim = nil
-	v := strconv.FormatInt(max(lastUsed, c.lease.Start-1), 10)
+	v := strconv.FormatInt(min(max(lastUsed, c.lease.Start-1, randflake.Epoch), c.promised), 10)
 	ops := make([]clientv3.Op, 0, c.lease.Nodes()+1)
 	for n := c.lease.FirstNode; n <= c.lease.LastNode; n++ {
 		ops = append(ops, clientv3.OpPut(s.usedKey(n), v))
