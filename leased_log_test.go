@@ -1,0 +1,80 @@
+package randflake
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Every lease event reaches the logger: acquired, waiting for the start,
+// renewal failed (with the source's error), renewed late, lost, acquired
+// again and released.
+func TestLeasedLogsLeaseEvents(t *testing.T) {
+	t.Parallel()
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	src := &testSource{first: 10, last: 11, ttl: 2, start: time.Now().Unix() + 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := NewLeased(ctx, LeasedConfig{Secret: testSecret, Source: src, Shards: 2, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	waitFor := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(8 * time.Second); !strings.Contains(out.String(), what); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the log:\n%s", what, out.String())
+			}
+		}
+	}
+	waitFor("lease acquired")
+	waitFor("waiting for the lease to start")
+	src.set(func(s *testSource) { s.renewErr = errors.New("disk full") })
+	waitFor("lease renewal failed")
+	waitFor("disk full")
+	src.set(func(s *testSource) { s.renewErr = nil })
+	waitFor("lease renewed late")
+	src.set(func(s *testSource) {
+		s.start = 0
+		s.renewErr = fmt.Errorf("claim deleted: %w", ErrLeaseLost)
+	})
+	waitFor("lease lost")
+	for deadline := time.Now().Add(8 * time.Second); strings.Count(out.String(), "lease acquired") < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second acquisition in the log:\n%s", out.String())
+		}
+	}
+	if err := g.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("lease released")
+	if !strings.Contains(out.String(), "nodes=10-11") {
+		t.Errorf("the log does not name the node range:\n%s", out.String())
+	}
+}
