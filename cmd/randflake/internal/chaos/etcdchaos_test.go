@@ -358,9 +358,9 @@ func TestChaosEtcd(t *testing.T) {
 		var restored time.Time // when the event's damage was undone
 		switch ev {
 		case "kill":
-			s := f.pick(rng, "serving")
+			s := f.pickIssuing(rng)
 			if s == nil {
-				f.event("SIGKILL: no server serving")
+				f.event("SIGKILL: no server issuing IDs")
 				continue
 			}
 			rs, _ := serverRange(s)
@@ -370,9 +370,9 @@ func TestChaosEtcd(t *testing.T) {
 			r := f.launch(fmt.Sprintf("r%d", f.replacements), "replacement", "replaces "+s.name)
 			f.event("SIGKILL %s (%s, node IDs %d-%d); replacement %s launched", s.name, s.pidString(), rs, rs+etcdClaim-1, r.name)
 		case "pause":
-			s := f.pick(rng, "serving")
+			s := f.pickIssuing(rng)
 			if s == nil {
-				f.event("SIGSTOP: no server serving")
+				f.event("SIGSTOP: no server issuing IDs")
 				continue
 			}
 			rs, known := serverRange(s)
@@ -392,9 +392,9 @@ func TestChaosEtcd(t *testing.T) {
 			f.event("SIGCONT %s after %.1fs; %s", s.name, paused.Seconds(), what)
 			growPool("for " + s.name + " to claim again")
 		case "partition":
-			s := f.pick(rng, "serving")
+			s := f.pickIssuing(rng)
 			if s == nil {
-				f.event("partition: no server serving")
+				f.event("partition: no server issuing IDs")
 				continue
 			}
 			rs, known := serverRange(s)

@@ -353,6 +353,24 @@ func (f *fleet) pick(rng *rand.Rand, states ...string) *server {
 	return c[rng.IntN(len(c))]
 }
 
+// pickIssuing returns a random server among those serving that issued IDs
+// in the last second, in launch order, or nil.
+func (f *fleet) pickIssuing(rng *rand.Rand) *server {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var c []*server
+	recent := time.Now().Add(-time.Second).UnixNano()
+	for _, s := range f.servers {
+		if s.getState() == "serving" && s.coll.lastOK.Load() > recent {
+			c = append(c, s)
+		}
+	}
+	if len(c) == 0 {
+		return nil
+	}
+	return c[rng.IntN(len(c))]
+}
+
 func (f *fleet) all() []*server {
 	f.mu.Lock()
 	defer f.mu.Unlock()
