@@ -2,18 +2,29 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
-	"github.com/randflake/randflake/statedir"
+	"log/slog"
+	"os"
+	"os/signal"
 	"strconv"
+	"syscall"
+	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/statedir"
 )
 
 func runGen(e *env, args []string) error {
-	fs := newFlags(e, "gen", "gen [-n N] [--format string|int|json] [node and secret flags]\n\nPrints N new IDs, one per line (json: one JSON array). Without node flags\nthe node IDs are claimed from the state directory, as by serve.")
+	// Signals count from the start: an interrupt while the node IDs are
+	// being acquired, or while IDs are printed, releases them.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fs := newFlags(e, "gen", "gen [-n N] [--format string|int|json] [--wait D] [node and secret flags]\n\nPrints N new IDs, one per line (json: one JSON array). Without node flags\nthe node IDs are claimed from the state directory, as by serve. Waits for\nnode IDs (etcd, or a state directory whose history is unknown) are reported\non standard error. SIGINT or SIGTERM releases the node IDs and exits 1.")
 	n := fs.Int64("n", 1, "number of IDs")
 	format := fs.String("format", "string", "output: string (base32hex), int (decimal) or json (array of strings)")
+	waitFor := fs.Duration("wait", time.Minute, "how long to wait for node IDs")
 	var sf secretFlags
 	sf.register(fs)
 	var lf leaseFlags
@@ -30,8 +41,22 @@ func runGen(e *env, args []string) error {
 	if *format != "string" && *format != "int" && *format != "json" {
 		return usagef("--format must be string, int or json")
 	}
-	g, err := openGenerator(e, &sf, &lf, statedir.BlockSize)
+	if *waitFor <= 0 {
+		return usagef("--wait must be positive")
+	}
+	log, err := newLogger(e.stderr, "text", slog.LevelWarn)
 	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, *waitFor)
+	defer cancel()
+	g, err := openGenerator(actx, e, log, &sf, &lf, statedir.BlockSize)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return errors.New("interrupted while waiting for node IDs")
+	case err != nil && actx.Err() != nil:
+		return fmt.Errorf("no node IDs within --wait %v: %w", *waitFor, err)
+	case err != nil:
 		return err
 	}
 	defer g.Close()
@@ -43,6 +68,10 @@ func runGen(e *env, args []string) error {
 	buf := make([]int64, min(*n, 8192))
 	line := make([]byte, 0, 32)
 	for done := int64(0); done < *n; {
+		if ctx.Err() != nil {
+			w.Flush()
+			return fmt.Errorf("interrupted after %d IDs", done)
+		}
 		batch := buf[:min(int64(len(buf)), *n-done)]
 		got, err := g.GenerateBatch(batch)
 		for i, id := range batch[:got] {
@@ -69,7 +98,7 @@ func runGen(e *env, args []string) error {
 		done += int64(got)
 		if err != nil {
 			if errors.Is(err, randflake.ErrResourceExhausted) || errors.Is(err, randflake.ErrConsistencyViolation) {
-				g.wait() // the next second brings new sequence numbers
+				g.wait(ctx) // the next second brings new sequence numbers
 				continue
 			}
 			w.Flush()

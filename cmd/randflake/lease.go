@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,7 +16,6 @@ import (
 	"github.com/randflake/randflake/etcdlease"
 	"github.com/randflake/randflake/statedir"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // leaseFlags choose where the node IDs come from: the state directory
@@ -63,34 +64,43 @@ func (g *leased) Close() error {
 	return g.err
 }
 
-// wait sleeps until the next second, when new sequence numbers exist.
-func (g *leased) wait() {
+// wait sleeps until the next second, when new sequence numbers exist, or
+// until ctx is done.
+func (g *leased) wait(ctx context.Context) error {
 	now := time.Now()
-	time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now))
+	t := time.NewTimer(now.Truncate(time.Second).Add(time.Second).Sub(now))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // openGenerator acquires node IDs for a generator under the secret the
-// flags name (the state directory's when none is named).
-func openGenerator(e *env, sf *secretFlags, lf *leaseFlags, defaultClaim int64) (*leased, error) {
+// flags name (the state directory's when none is named), within ctx,
+// logging the lease's events to log.
+func openGenerator(ctx context.Context, e *env, log *slog.Logger, sf *secretFlags, lf *leaseFlags, defaultClaim int64) (*leased, error) {
 	secret, err := sf.explicit(e)
 	if err != nil {
 		return nil, err
 	}
 	defer clear(secret)
-	return lf.open(e, secret, defaultClaim)
+	return lf.open(ctx, log, secret, defaultClaim)
 }
 
-// open acquires node IDs. secret may be nil: the state directory's secret
-// is used then, except with etcd, where every machine must share one.
-func (l *leaseFlags) open(e *env, secret []byte, defaultClaim int64) (*leased, error) {
+// open acquires node IDs within ctx. secret may be nil: the state
+// directory's secret is used then, except with etcd, where every machine
+// must share one. While it waits, it says so on log after a second and
+// then every few seconds.
+func (l *leaseFlags) open(ctx context.Context, log *slog.Logger, secret []byte, defaultClaim int64) (*leased, error) {
 	if l.nodes != "" && l.etcd != "" {
 		return nil, usagef("--nodes and --etcd exclude each other")
 	}
 	if l.claim < 0 || l.ttl < 0 {
 		return nil, usagef("--claim and --etcd-ttl must not be negative")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	switch {
 	case l.nodes != "":
 		first, last, err := parseNodeRange(l.nodes)
@@ -101,10 +111,12 @@ func (l *leaseFlags) open(e *env, secret []byte, defaultClaim int64) (*leased, e
 			if secret, err = stateSecret(); err != nil {
 				return nil, err
 			}
+			defer clear(secret)
 		}
 		g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
 			Secret: secret,
 			Source: randflake.StaticSource{FirstNode: first, LastNode: last},
+			Logger: log,
 		})
 		if err != nil {
 			return nil, err
@@ -114,20 +126,22 @@ func (l *leaseFlags) open(e *env, secret []byte, defaultClaim int64) (*leased, e
 		if secret == nil {
 			return nil, errors.New("--etcd needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
 		}
+		endpoints := strings.Split(l.etcd, ",")
 		cli, err := clientv3.New(clientv3.Config{
-			Endpoints:   strings.Split(l.etcd, ","),
+			Endpoints:   endpoints,
 			DialTimeout: 5 * time.Second,
-			Logger:      zap.NewNop(),
+			Logger:      zapToSlog(log.With("component", "etcd client")),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("etcd: %w", err)
 		}
+		defer waitNotice(log, "still waiting for node IDs from etcd", "endpoints", l.etcd)()
 		g, err := etcdlease.NewLeased(ctx, secret, etcdlease.Config{
-			Client: cli, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl,
+			Client: cli, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl, Logger: log,
 		})
 		if err != nil {
 			cli.Close()
-			return nil, fmt.Errorf("etcd: %w", err)
+			return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
 		}
 		return &leased{Leased: g, describe: "etcd", cleanup: func() { cli.Close() }}, nil
 	}
@@ -135,6 +149,7 @@ func (l *leaseFlags) open(e *env, secret []byte, defaultClaim int64) (*leased, e
 	if err != nil {
 		return nil, err
 	}
+	external := secret != nil
 	if secret == nil {
 		secret = d.Secret()
 		defer clear(secret)
@@ -143,15 +158,48 @@ func (l *leaseFlags) open(e *env, secret []byte, defaultClaim int64) (*leased, e
 	if claim == 0 {
 		claim = defaultClaim
 	}
-	src, err := d.Source(statedir.Options{Nodes: claim})
+	src, err := d.Source(statedir.Options{Nodes: claim, ExternalSecret: external, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: src})
+	defer waitNotice(log, "still waiting for node IDs from the state directory", "dir", d.Path())()
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: src, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	return &leased{Leased: g, describe: "state directory " + d.Path()}, nil
+}
+
+// Timing of waitNotice.
+var (
+	waitNoticeFirst = time.Second
+	waitNoticeEvery = 5 * time.Second
+)
+
+// waitNotice logs msg with args after waitNoticeFirst and then every
+// waitNoticeEvery, until the returned function is called.
+func waitNotice(log *slog.Logger, msg string, args ...any) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		start := time.Now()
+		t := time.NewTimer(waitNoticeFirst)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			log.Warn(msg, slices.Concat(args, []any{"waited", time.Since(start).Round(time.Second).String()})...)
+			t.Reset(waitNoticeEvery)
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // stateSecret returns the state directory's secret, creating the directory

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
-	"github.com/randflake/randflake/statedir"
 	"os"
+
+	"github.com/randflake/randflake/statedir"
 )
 
 // secretFlags are the flags every subcommand that needs the secret takes.
@@ -30,7 +28,7 @@ func (s *secretFlags) explicit(e *env) ([]byte, error) {
 		return statedir.LoadSecret(f)
 	}
 	if h := e.getenv("RANDFLAKE_SECRET"); h != "" {
-		b, err := parseSecret([]byte(h))
+		b, err := statedir.ParseSecret([]byte(h))
 		if err != nil {
 			return nil, fmt.Errorf("$RANDFLAKE_SECRET: %w", err)
 		}
@@ -47,25 +45,6 @@ func (s *secretFlags) load(e *env) ([]byte, error) {
 		return b, err
 	}
 	return stateSecret()
-}
-
-var errSecretFormat = errors.New("a secret is 16 bytes, or 32 hexadecimal digits")
-
-// parseSecret accepts 16 raw bytes or 32 hex digits with optional
-// surrounding white space.
-func parseSecret(b []byte) ([]byte, error) {
-	if len(b) == 16 {
-		return bytes.Clone(b), nil
-	}
-	t := bytes.TrimSpace(b)
-	if len(t) != 32 {
-		return nil, errSecretFormat
-	}
-	out := make([]byte, 16)
-	if _, err := hex.Decode(out, t); err != nil {
-		return nil, errSecretFormat
-	}
-	return out, nil
 }
 
 // isTerminal reports whether f is a character device (a terminal).

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/randflake/randflake/statedir"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,9 +15,17 @@ import (
 	"time"
 
 	"github.com/randflake/randflake/cmd/randflake/internal/server"
+	"github.com/randflake/randflake/statedir"
 )
 
+// maxTokenFile bounds the inspection token file.
+const maxTokenFile = 4096
+
 func runServe(e *env, args []string) error {
+	// Signals count from the start: a stop while the node IDs are being
+	// acquired releases what is held and ends the process.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	fs := newFlags(e, "serve", `serve [--listen ADDR] [--nodes FIRST-LAST | --etcd ENDPOINTS] [flags]
 
 Serves IDs over HTTP:
@@ -28,13 +36,22 @@ Serves IDs over HTTP:
                                            as "Authorization: Bearer TOKEN"
   GET /healthz, /readyz, /metrics          liveness, readiness (a lease is held),
                                            Prometheus metrics
-SIGTERM or SIGINT: finish requests in flight, release the node IDs, exit 0.`)
+Errors are JSON {"error":MESSAGE,"kind":KIND}; the cause goes to the log only.
+A request head (request line and headers) over 16 KiB gets 431.
+
+Logs go to standard error (--log-format text or json): the lease's events,
+failures behind 5xx answers, waits for node IDs, and with --access-log one
+line per request. SIGTERM or SIGINT: finish requests in flight, release the
+node IDs, exit 0; also while still waiting for node IDs. A second signal
+stops at once.`)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
 	maxCount := fs.Int("max-count", 10000, "largest count a request may ask for")
 	tokenFile := fs.String("inspect-token-file", "", "file holding the bearer token that enables GET /v1/ids/{id} ($RANDFLAKE_INSPECT_TOKEN_FILE)")
 	grace := fs.Duration("shutdown-timeout", 10*time.Second, "how long to wait for requests in flight on shutdown")
 	headerTimeout := fs.Duration("header-timeout", 5*time.Second, "how long a client may take to send its request headers")
 	idleTimeout := fs.Duration("idle-timeout", 60*time.Second, "how long an idle keep-alive connection stays open")
+	logFormat := fs.String("log-format", "text", "log format on standard error: text or json")
+	accessLog := fs.Bool("access-log", false, "log one line per request (method, path without the query, status, bytes, duration, remote address)")
 	var sf secretFlags
 	sf.register(fs)
 	var lf leaseFlags
@@ -48,23 +65,33 @@ SIGTERM or SIGINT: finish requests in flight, release the node IDs, exit 0.`)
 	if *maxCount < 1 || *headerTimeout <= 0 || *idleTimeout <= 0 || *grace <= 0 {
 		return usagef("--max-count and the timeouts must be positive")
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	log, err := newLogger(e.stderr, *logFormat, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
 	token := ""
 	if *tokenFile == "" {
 		*tokenFile = e.getenv("RANDFLAKE_INSPECT_TOKEN_FILE")
 	}
 	if *tokenFile != "" {
-		b, err := readSecretBytes(*tokenFile)
+		b, err := statedir.ReadPrivateFile(*tokenFile, maxTokenFile)
 		if err != nil {
 			return fmt.Errorf("inspection token: %w", err)
 		}
 		token = strings.TrimSpace(string(b))
+		clear(b)
 		if len(token) < 16 {
 			return errors.New("inspection token: at least 16 characters are required")
 		}
 	}
-	g, err := openGenerator(e, &sf, &lf, statedir.DefaultNodes)
+	g, err := openGenerator(ctx, e, log, &sf, &lf, statedir.DefaultNodes)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped on request before serving: nothing is held any
+			// more, so this is a clean stop like any other.
+			log.Info("stopped while waiting for node IDs; nothing was served")
+			return nil
+		}
 		return err
 	}
 	defer g.Close()
@@ -74,6 +101,8 @@ SIGTERM or SIGINT: finish requests in flight, release the node IDs, exit 0.`)
 		LeaseEnd:     g.LeaseEnd,
 		MaxCount:     *maxCount,
 		InspectToken: token,
+		Logger:       log,
+		AccessLog:    accessLogger(log, *accessLog),
 	})
 	if err != nil {
 		return err
@@ -83,24 +112,21 @@ SIGTERM or SIGINT: finish requests in flight, release the node IDs, exit 0.`)
 		return err
 	}
 	hs := &http.Server{
-		Handler:           srv,
 		ReadHeaderTimeout: *headerTimeout,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       *idleTimeout,
-		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- srv.Serve(hs, ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "nodes", g.Describe())
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
+	stop() // a second signal ends the process at once
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
@@ -114,17 +140,22 @@ SIGTERM or SIGINT: finish requests in flight, release the node IDs, exit 0.`)
 	return nil
 }
 
-// readSecretBytes reads a small file that must not be readable by others.
-func readSecretBytes(path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
+// newLogger returns a logger writing to w in format "text" or "json".
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s has mode %v; others must not be able to read it (chmod 600)", path, st.Mode().Perm())
+	return nil, usagef("--log-format must be text or json")
+}
+
+// accessLogger returns the access log: log when on, nil when off.
+func accessLogger(log *slog.Logger, on bool) *slog.Logger {
+	if !on {
+		return nil
 	}
-	if st.Size() > 4096 {
-		return nil, fmt.Errorf("%s is too large", path)
-	}
-	return os.ReadFile(path)
+	return log.With("log", "access")
 }

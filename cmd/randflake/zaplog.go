@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// zapToSlog returns a zap logger, for the etcd client, that hands its
+// entries at warning level and above to log, so that they come out in the
+// process's log format.
+func zapToSlog(log *slog.Logger) *zap.Logger {
+	return zap.New(&slogCore{log: log, level: zapcore.WarnLevel})
+}
+
+// slogCore is a zapcore.Core writing to a slog.Logger.
+type slogCore struct {
+	log    *slog.Logger
+	level  zapcore.Level
+	fields []zapcore.Field
+}
+
+func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.level }
+
+func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
+	return &slogCore{log: c.log, level: c.level, fields: slices.Concat(c.fields, fields)}
+}
+
+func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range c.fields {
+		f.AddTo(enc)
+	}
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	keys := make([]string, 0, len(enc.Fields))
+	for k := range enc.Fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	args := make([]any, 0, 2*len(keys)+2)
+	if e.LoggerName != "" {
+		args = append(args, "logger", e.LoggerName)
+	}
+	for _, k := range keys {
+		args = append(args, k, enc.Fields[k])
+	}
+	level := slog.LevelWarn
+	if e.Level >= zapcore.ErrorLevel {
+		level = slog.LevelError
+	}
+	c.log.Log(context.Background(), level, e.Message, args...)
+	return nil
+}
+
+func (c *slogCore) Sync() error { return nil }
