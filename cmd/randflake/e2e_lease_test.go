@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -108,8 +109,17 @@ func startServeEnv(t *testing.T, env []string, args ...string) *serveProcess {
 }
 
 // startEtcd runs a single-member etcd in the test process on loopback
-// ports chosen by the kernel, with its logs silenced and short raft ticks.
+// ports chosen by the kernel, with its logs silenced and short raft ticks,
+// and returns its client endpoint.
 func startEtcd(t *testing.T) string {
+	t.Helper()
+	_, endpoint := startEtcdServer(t)
+	return endpoint
+}
+
+// startEtcdServer is startEtcd, returning a function that stops the
+// server too.
+func startEtcdServer(t *testing.T) (stop func(), endpoint string) {
 	t.Helper()
 	port := func() url.URL {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -133,13 +143,14 @@ func startEtcd(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Close)
+	stop = sync.OnceFunc(e.Close)
+	t.Cleanup(stop)
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
 		t.Fatal("etcd not ready")
 	}
-	return client.Host
+	return stop, client.Host
 }
 
 // serve --etcd: two processes claim disjoint node IDs from a real etcd and

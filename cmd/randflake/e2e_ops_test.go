@@ -1,0 +1,389 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ownStateEnv is an environment with a state directory of its own and no
+// explicit secret: the directory's secret is used.
+func ownStateEnv(t *testing.T) (dir string, env []string) {
+	dir = t.TempDir()
+	return dir, []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + dir}
+}
+
+// exitWithin waits up to d for p to exit and returns its exit status, or
+// fails.
+func exitWithin(t *testing.T, p *serveProcess, d time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatalf("waiting for the process: %v", err)
+		}
+		return 0
+	case <-time.After(d):
+		t.Fatalf("still running %v later; logs:\n%s", d, p.logs.String())
+		return -1
+	}
+}
+
+// requireNoLeak fails if an answer to a client reveals a path, a
+// package's error or an operating-system error.
+func requireNoLeak(t *testing.T, what string, body []byte, extra ...string) {
+	t.Helper()
+	for _, leak := range append([]string{"/", "statedir", "etcdlease", "randflake:", "lock file", "deadline", "connection refused"}, extra...) {
+		if bytes.Contains(body, []byte(leak)) {
+			t.Errorf("%s: the answer %q reveals %q", what, body, leak)
+		}
+	}
+}
+
+// waitStatus polls GET /v1/ids until it answers status, for up to d, and
+// returns the body.
+func waitStatus(t *testing.T, p *serveProcess, status int, d time.Duration) []byte {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := http.Get(p.url + "/v1/ids?count=10")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == status {
+				return body
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d within %v (last: %v); logs:\n%s", status, d, err, p.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A lost lease (its lock files removed under the running process) is a
+// 503 of kind lease with a generic message; the log says what happened.
+// The process claims every node ID, so that the new lease it takes at once
+// is on the same ones and starts only after their promise.
+func TestServeLostLeaseIsLogged(t *testing.T) {
+	dir, env := ownStateEnv(t)
+	p := startServeEnv(t, env, "--claim", "131072")
+	fetch(t, p, 10)
+	blocks, err := filepath.Glob(filepath.Join(dir, "blocks", "*"))
+	if err != nil || len(blocks) == 0 {
+		t.Fatalf("lock files: %v %v", blocks, err)
+	}
+	for _, b := range blocks {
+		os.Remove(b)
+	}
+	body := waitStatus(t, p, 503, 30*time.Second)
+	var e map[string]string
+	if err := json.Unmarshal(body, &e); err != nil || len(e) != 2 || e["kind"] != "lease" || e["error"] == "" {
+		t.Fatalf("503 body %q; want exactly a JSON error of kind lease", body)
+	}
+	requireNoLeak(t, "lost lease", body, dir)
+	waitLog(t, p, regexp.MustCompile(`level=ERROR msg="randflake: lease lost.*lock file of block`), 10*time.Second)
+	waitLog(t, p, regexp.MustCompile(`level=ERROR msg="issuing IDs failed" kind=lease count=10 err=`), 10*time.Second)
+}
+
+// An etcd outage: renewals fail and are logged with the error, the IDs
+// stop at the lease's end, and clients get a 503 of kind lease without the
+// error; the etcd client's own warnings come out in the process's format.
+func TestServeEtcdOutageIsLogged(t *testing.T) {
+	stopEtcd, endpoint := startEtcdServer(t)
+	p := startServe(t, "--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s", "--log-format", "json")
+	fetch(t, p, 100)
+	stopEtcd()
+	body := waitStatus(t, p, 503, 30*time.Second)
+	var eb map[string]string
+	if err := json.Unmarshal(body, &eb); err != nil || len(eb) != 2 || eb["kind"] != "lease" {
+		t.Fatalf("503 body %q; want exactly a JSON error of kind lease", body)
+	}
+	requireNoLeak(t, "etcd outage", body, endpoint, "keep-alive")
+	waitLog(t, p, regexp.MustCompile(`"level":"WARN","msg":"randflake: lease renewal failed[^"]*".*"err":"[^"]*etcd`), 10*time.Second)
+	waitLog(t, p, regexp.MustCompile(`"level":"ERROR","msg":"issuing IDs failed","kind":"lease","count":10,"err":"`), 10*time.Second)
+	for _, l := range strings.Split(strings.TrimSpace(p.logs.String()), "\n") {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("not a JSON log line: %q", l)
+		}
+	}
+}
+
+// --log-format json makes every line JSON; --access-log adds one line per
+// request, without the query string.
+func TestServeLogFormatAndAccessLog(t *testing.T) {
+	p := startServe(t, "--nodes", "0-63", "--log-format", "json", "--access-log")
+	fetch(t, p, 3)
+	http.Get(p.url + "/nope?password=hunter2")
+	stop(t, p)
+	var access []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(p.logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not a JSON log line: %q", l)
+		}
+		if m["log"] == "access" {
+			access = append(access, m)
+		}
+	}
+	// startServe polled /readyz until it answered 200.
+	var ids, nope map[string]any
+	for _, m := range access {
+		switch m["path"] {
+		case "/v1/ids":
+			ids = m
+		case "/nope":
+			nope = m
+		}
+	}
+	if ids == nil || ids["status"] != 200.0 || ids["method"] != "GET" || ids["bytes"].(float64) <= 0 || ids["remote"] == "" || ids["duration"] == nil {
+		t.Errorf("access line of /v1/ids: %v", ids)
+	}
+	if nope == nil || nope["status"] != 404.0 || nope["kind"] != "not_found" {
+		t.Errorf("access line of /nope: %v", nope)
+	}
+	if strings.Contains(p.logs.String(), "hunter2") || strings.Contains(p.logs.String(), "count=3") {
+		t.Errorf("the log holds a query string:\n%s", p.logs.String())
+	}
+	if r := runBinary(t, "", secretEnv, "serve", "--log-format", "xml"); r.code != 2 || !strings.Contains(r.stderr, "--log-format") {
+		t.Errorf("--log-format xml: exit %d, %q", r.code, r.stderr)
+	}
+	if r := runBinary(t, "", secretEnv, "serve", "--help"); !strings.Contains(r.stderr, "-log-format") || !strings.Contains(r.stderr, "-access-log") {
+		t.Errorf("serve --help lacks the logging flags: %q", r.stderr)
+	}
+}
+
+// closedPort returns a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+var waitingForEtcd = regexp.MustCompile(`msg="still waiting for node IDs from etcd" endpoints=(\S+) waited=(\S+)`)
+
+// With etcd unreachable, gen and serve say within about a second that
+// they are waiting for etcd, and at which endpoints, and keep saying so.
+// A signal during the wait stops them at once.
+func TestWaitingForEtcdIsReported(t *testing.T) {
+	addr := closedPort(t)
+	t.Run("gen", func(t *testing.T) {
+		start := time.Now()
+		p := spawn(t, secretEnv, "gen", "--etcd", addr, "--wait", "30s")
+		m := waitLog(t, p, waitingForEtcd, 5*time.Second)
+		if took := time.Since(start); took > 3*time.Second || m[1] != addr || m[2] != "1s" {
+			t.Errorf("first notice after %v: %q", took, m[0])
+		}
+		waitLog(t, p, regexp.MustCompile(`msg="still waiting for node IDs from etcd" endpoints=\S+ waited=6s`), 15*time.Second)
+		p.cmd.Process.Signal(os.Interrupt)
+		if code := exitWithin(t, p, 5*time.Second); code != 1 || !strings.Contains(p.logs.String(), "interrupted while waiting for node IDs") {
+			t.Errorf("gen after SIGINT: exit %d; stderr:\n%s", code, p.logs.String())
+		}
+	})
+	t.Run("gen --wait", func(t *testing.T) {
+		r := runBinary(t, "", secretEnv, "gen", "--etcd", addr, "--wait", "2s")
+		if r.code != 1 || !strings.Contains(r.stderr, "no node IDs within --wait 2s") || !waitingForEtcd.MatchString(r.stderr) {
+			t.Errorf("gen --wait 2s: exit %d, stderr:\n%s", r.code, r.stderr)
+		}
+	})
+	t.Run("serve", func(t *testing.T) {
+		start := time.Now()
+		p := spawnServe(t, secretEnv, "--etcd", addr)
+		m := waitLog(t, p, waitingForEtcd, 5*time.Second)
+		if took := time.Since(start); took > 3*time.Second || m[1] != addr {
+			t.Errorf("first notice after %v: %q", took, m[0])
+		}
+		t0 := time.Now()
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		code := exitWithin(t, p, 5*time.Second)
+		if took := time.Since(t0); code != 0 || took > 2*time.Second || !strings.Contains(p.logs.String(), "stopped while waiting for node IDs") {
+			t.Errorf("serve after SIGTERM: exit %d after %v; logs:\n%s", code, took, p.logs.String())
+		}
+	})
+}
+
+var (
+	waitingForStart = regexp.MustCompile(`msg="(?:randflake: waiting for the lease to start|statedir: waiting for the previous holder)[^"]*" nodes=(\S+) start=(\S+)`)
+	leaseAcquired   = regexp.MustCompile(`msg="randflake: lease acquired" nodes=(\S+) start=(\S+)`)
+)
+
+// A state directory whose state file is gone makes serve wait for its
+// lease to start. SIGTERM during that wait ends it within 2s, status 0,
+// and releases the node IDs so that the next serve's lease starts no
+// later than the first one's would have.
+func TestServeStopsDuringLeaseWait(t *testing.T) {
+	dir, env := ownStateEnv(t)
+	first := startServeEnv(t, env)
+	fetch(t, first, 10)
+	stop(t, first)
+	if err := os.Remove(filepath.Join(dir, "state")); err != nil {
+		t.Fatal(err)
+	}
+
+	p := spawnServe(t, env)
+	m := waitLog(t, p, waitingForStart, 20*time.Second)
+	nodes, start := m[1], m[2]
+	t0 := time.Now()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	code := exitWithin(t, p, 10*time.Second)
+	if took := time.Since(t0); took > 2*time.Second || code != 0 {
+		t.Fatalf("SIGTERM during the wait: exit %d after %v; logs:\n%s", code, took, p.logs.String())
+	}
+	if !strings.Contains(p.logs.String(), "stopped while waiting for node IDs") {
+		t.Errorf("logs of the stopped serve:\n%s", p.logs.String())
+	}
+
+	q := spawnServe(t, env)
+	m = waitLog(t, q, leaseAcquired, 20*time.Second)
+	if m[1] != nodes || m[2] > start {
+		t.Errorf("the next serve's lease: nodes %s from %s; the stopped one's: nodes %s from %s", m[1], m[2], nodes, start)
+	}
+	t.Logf("stopped serve's lease started at %s, the next one's at %s", start, m[2])
+}
+
+// gen stops at an interrupt during the wait too, with status 1.
+func TestGenStopsDuringLeaseWait(t *testing.T) {
+	dir, env := ownStateEnv(t)
+	if r := runBinary(t, "", env, "gen"); r.code != 0 {
+		t.Fatalf("gen: %d %s", r.code, r.stderr)
+	}
+	os.Remove(filepath.Join(dir, "state"))
+	p := spawn(t, env, "gen", "-n", "5")
+	waitLog(t, p, regexp.MustCompile(`msg="still waiting for node IDs from the state directory"`), 10*time.Second)
+	t0 := time.Now()
+	p.cmd.Process.Signal(os.Interrupt)
+	if code := exitWithin(t, p, 10*time.Second); code != 1 || time.Since(t0) > 2*time.Second || !strings.Contains(p.logs.String(), "interrupted while waiting for node IDs") {
+		t.Errorf("gen after SIGINT: exit %d after %v; stderr:\n%s", code, time.Since(t0), p.logs.String())
+	}
+}
+
+// Secret and token files are read through ReadPrivateFile: a FIFO or a
+// device is refused at once with a message naming it, never waited on or
+// read without bound, and an all-zero secret is refused from every source.
+func TestPrivateFilesAndWeakSecrets(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	special := []string{fifo, "/dev/zero"}
+	dev := filepath.Join(dir, "zero")
+	if err := syscall.Mknod(dev, syscall.S_IFCHR|0o600, 1<<8|5); err == nil { // /dev/zero's numbers on Linux
+		special = append(special, dev)
+	} else {
+		t.Logf("no private character device (%v): tested with /dev/zero only", err)
+	}
+	clean := []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + t.TempDir()}
+	run := func(env []string, args ...string) result {
+		start := time.Now()
+		r := runBinaryTimeout(t, 20*time.Second, env, args...)
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("%v took %v", args, took)
+		}
+		return r
+	}
+	for _, f := range special {
+		for _, c := range []struct {
+			env  []string
+			args []string
+		}{
+			{clean, []string{"gen", "--nodes", "1", "--secret-file", f}},
+			{append(clean[:1:1], "RANDFLAKE_SECRET_FILE="+f, clean[2]), []string{"gen", "--nodes", "1"}},
+			{secretEnv, []string{"serve", "--nodes", "1", "--inspect-token-file", f}},
+			{append(slicesClone(secretEnv), "RANDFLAKE_INSPECT_TOKEN_FILE="+f), []string{"serve", "--nodes", "1"}},
+		} {
+			r := run(c.env, c.args...)
+			if r.code != 1 || !strings.Contains(r.stderr, f) || strings.Contains(r.stderr, "fatal error") || strings.Contains(r.stderr, "goroutine") {
+				t.Errorf("%v with %s: exit %d, stderr %q", c.args, f, r.code, r.stderr)
+			}
+		}
+	}
+	zeroHex := filepath.Join(dir, "zero.hex")
+	os.WriteFile(zeroHex, []byte(strings.Repeat("0", 32)+"\n"), 0o600)
+	zeroRaw := filepath.Join(dir, "zero.raw")
+	os.WriteFile(zeroRaw, make([]byte, 16), 0o600)
+	stateDir := t.TempDir()
+	os.WriteFile(filepath.Join(stateDir, "secret"), []byte(strings.Repeat("0", 32)+"\n"), 0o600)
+	for name, env := range map[string][]string{
+		"$RANDFLAKE_SECRET":      {"RANDFLAKE_SECRET=" + strings.Repeat("0", 32), "RANDFLAKE_SECRET_FILE=", clean[2]},
+		"hex file":               {"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=" + zeroHex, clean[2]},
+		"raw file":               {"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=" + zeroRaw, clean[2]},
+		"state directory secret": {"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + stateDir},
+	} {
+		for _, args := range [][]string{{"gen"}, {"gen", "--nodes", "1"}, {"inspect", "3vgoe12ccb8gh"}} {
+			r := run(env, args...)
+			if r.code != 1 || !strings.Contains(r.stderr, "all zeros") || r.stdout != "" {
+				t.Errorf("all-zero secret from %s, %v: exit %d, stdout %q, stderr %q", name, args, r.code, r.stdout, r.stderr)
+			}
+		}
+	}
+}
+
+func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// runBinaryTimeout is runBinary, killing the process after d.
+func runBinaryTimeout(t *testing.T, d time.Duration, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Errorf("%v: killed after %v; stderr %q", args, d, errb.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// The etcd client's zap logger writes warnings and errors, with their
+// fields, to the slog logger, and nothing below.
+func TestZapToSlog(t *testing.T) {
+	var buf bytes.Buffer
+	z := zapToSlog(slog.New(slog.NewJSONHandler(&buf, nil)))
+	z.Info("not shown")
+	z.Debug("not shown either")
+	z.With(zap.String("endpoint", "127.0.0.1:1")).Named("balancer").Warn("retrying", zap.Int("attempt", 3), zap.Error(io.ErrUnexpectedEOF))
+	z.Error("failed")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || strings.Contains(buf.String(), "not shown") {
+		t.Fatalf("log:\n%s", buf.String())
+	}
+	var w map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &w); err != nil || w["level"] != "WARN" || w["msg"] != "retrying" ||
+		w["endpoint"] != "127.0.0.1:1" || w["attempt"] != 3.0 || w["error"] != "unexpected EOF" || w["logger"] != "balancer" {
+		t.Errorf("warning: %s (%v)", lines[0], err)
+	}
+	if !strings.Contains(lines[1], `"level":"ERROR","msg":"failed"`) {
+		t.Errorf("error: %s", lines[1])
+	}
+}
