@@ -82,9 +82,8 @@ func TestServeWithoutConfiguration(t *testing.T) {
 	b := startServeEnv(t, env)
 	idsA, idsB := fetch(t, a, 500), fetch(t, b, 500)
 	all := append(slices.Clone(idsA), idsB...)
-	slices.Sort(all)
-	if len(slices.Compact(all)) != 1000 {
-		t.Fatal("duplicate IDs between the two processes")
+	if checkUnique(t, all, 1000, nil); t.Failed() {
+		t.FailNow() // across the two processes
 	}
 	na, nb := nodesOf(t, env, idsA), nodesOf(t, env, idsB)
 	for n := range na {
@@ -162,9 +161,8 @@ func TestServeWithEtcd(t *testing.T) {
 	b := startServe(t, args...)
 	idsA, idsB := fetch(t, a, 2000), fetch(t, b, 2000)
 	all := append(slices.Clone(idsA), idsB...)
-	slices.Sort(all)
-	if len(slices.Compact(all)) != 4000 {
-		t.Fatal("duplicate IDs between the two processes")
+	if checkUnique(t, all, 4000, nil); t.Failed() {
+		t.FailNow() // across the two processes
 	}
 	na, nb := nodesOf(t, secretEnv, idsA), nodesOf(t, secretEnv, idsB)
 	if len(na) > 4 || len(nb) > 4 {
@@ -179,9 +177,8 @@ func TestServeWithEtcd(t *testing.T) {
 	c := startServe(t, args...)
 	idsC := fetch(t, c, 100)
 	all = append(all, idsC...)
-	slices.Sort(all)
-	if len(slices.Compact(all)) != 4100 {
-		t.Fatal("duplicate IDs after takeover")
+	if checkUnique(t, all, 4100, nil); t.Failed() {
+		t.FailNow() // after the takeover
 	}
 	stop(t, b)
 	stop(t, c)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -83,11 +84,8 @@ func TestGenPipedIntoInspect(t *testing.T) {
 		t.Fatalf("gen: %d %s", gen.code, gen.stderr)
 	}
 	ids := strings.Fields(gen.stdout)
-	if len(ids) != 2000 {
-		t.Fatalf("gen printed %d IDs", len(ids))
-	}
-	if slices.Sort(ids); len(slices.Compact(slices.Clone(ids))) != 2000 {
-		t.Fatal("duplicate IDs")
+	if checkUnique(t, ids, 2000, nil); t.Failed() {
+		t.FailNow()
 	}
 	ins := runBinary(t, gen.stdout, secretEnv, "inspect", "--json")
 	if ins.code != 0 {
@@ -323,10 +321,18 @@ func startServe(t *testing.T, args ...string) *serveProcess {
 // duplicates with their values and counts.
 func checkUnique(t *testing.T, ids []string, want int, firstErr error) {
 	t.Helper()
+	for _, p := range uniqueProblems(ids, want, firstErr) {
+		t.Error(p)
+	}
+}
+
+// uniqueProblems is what checkUnique reports.
+func uniqueProblems(ids []string, want int, firstErr error) []string {
+	var out []string
 	if len(ids) != want {
-		t.Errorf("got %d IDs, want %d; first error: %v", len(ids), want, firstErr)
+		out = append(out, fmt.Sprintf("got %d IDs, want %d; first error: %v", len(ids), want, firstErr))
 	} else if firstErr != nil {
-		t.Errorf("all %d IDs arrived, but: %v", want, firstErr)
+		out = append(out, fmt.Sprintf("all %d IDs arrived, but: %v", want, firstErr))
 	}
 	seen := make(map[string]int, len(ids))
 	for _, id := range ids {
@@ -340,7 +346,23 @@ func checkUnique(t *testing.T, ids []string, want int, firstErr error) {
 	}
 	if len(dups) > 0 {
 		slices.Sort(dups)
-		t.Errorf("%d duplicate IDs among %d: %s", len(dups), len(ids), strings.Join(dups[:min(len(dups), 10)], ", "))
+		out = append(out, fmt.Sprintf("%d duplicate IDs among %d: %s", len(dups), len(ids), strings.Join(dups[:min(len(dups), 10)], ", ")))
+	}
+	return out
+}
+
+// A short count is reported as one, duplicates as duplicates.
+func TestUniquenessReport(t *testing.T) {
+	short := uniqueProblems([]string{"a", "b", "c"}, 5, errors.New("EOF"))
+	if len(short) != 1 || short[0] != "got 3 IDs, want 5; first error: EOF" {
+		t.Errorf("short count: %q", short)
+	}
+	dup := uniqueProblems([]string{"a", "b", "a", "c", "b", "a"}, 6, nil)
+	if len(dup) != 1 || dup[0] != "2 duplicate IDs among 6: a ×3, b ×2" {
+		t.Errorf("duplicates: %q", dup)
+	}
+	if p := uniqueProblems([]string{"a", "b"}, 2, nil); p != nil {
+		t.Errorf("no problem: %q", p)
 	}
 }
 
