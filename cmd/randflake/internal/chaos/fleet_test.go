@@ -280,7 +280,30 @@ func (f *fleet) startClients(s *server) {
 	ctx, cancel := context.WithCancel(f.clientsCtx)
 	s.mu.Lock()
 	s.stopC = cancel
+	p := s.p
 	s.mu.Unlock()
+	// Report a process that exits while it should be serving.
+	f.clients.Add(1)
+	go func() {
+		defer f.clients.Done()
+		select {
+		case <-p.done:
+		case <-f.clientsCtx.Done():
+			return
+		}
+		s.mu.Lock()
+		st := s.state
+		if st == "serving" || st == "paused" || st == "cut" {
+			s.state = "crashed"
+			s.ended = "exited by itself (" + p.exit() + "): " + p.lastLine()
+		}
+		ended := s.ended
+		s.mu.Unlock()
+		if st == "serving" || st == "paused" || st == "cut" {
+			f.event("%s %s", s.name, ended)
+			cancel()
+		}
+	}()
 	for _, spec := range f.cfg.clients {
 		s.clientsWG.Add(1)
 		f.clients.Add(1)

@@ -132,9 +132,18 @@ func (f *fleet) summarize(r *report, head string, extra []string, rangeSize int6
 }
 
 // requireProgress fails a run that proves nothing: too few IDs, or no
-// replacement that issued any.
+// replacement that issued any. It also fails on processes that exited by
+// themselves or did not exit 0 on SIGTERM.
 func (f *fleet) requireProgress(t *testing.T, r *report, minIDs int) {
 	t.Helper()
+	for _, s := range f.all() {
+		s.mu.Lock()
+		st, ended := s.state, s.ended
+		s.mu.Unlock()
+		if st == "crashed" || (st == "stopped" && ended != "exit 0 after SIGTERM") {
+			t.Errorf("%s (%s): %s", s.name, s.pidString(), ended)
+		}
+	}
 	if r.total < minIDs {
 		t.Errorf("only %d IDs were received, want at least %d: the run proves too little", r.total, minIDs)
 	}
