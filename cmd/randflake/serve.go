@@ -69,12 +69,39 @@ stops at once.`)
 	if err != nil {
 		return err
 	}
-	token := ""
-	if *tokenFile == "" {
-		*tokenFile = e.getenv("RANDFLAKE_INSPECT_TOKEN_FILE")
+	cfg := serveConfig{
+		listen: *listen, maxCount: *maxCount, tokenFile: *tokenFile, grace: *grace,
+		headerTimeout: *headerTimeout, idleTimeout: *idleTimeout, accessLog: *accessLog,
 	}
-	if *tokenFile != "" {
-		b, err := statedir.ReadPrivateFile(*tokenFile, maxTokenFile)
+	if err := serve(ctx, stop, e, log, cfg, &sf, &lf); err != nil {
+		if errors.As(err, new(usageError)) {
+			return err
+		}
+		// In the log's format, for whatever reads the log.
+		log.Error("serve failed", "err", err)
+		return errReported
+	}
+	return nil
+}
+
+// serveConfig is what serve takes from the command line.
+type serveConfig struct {
+	listen, tokenFile    string
+	maxCount             int
+	grace, headerTimeout time.Duration
+	idleTimeout          time.Duration
+	accessLog            bool
+}
+
+// serve runs the service until ctx is done; stop ends the signal
+// handling of ctx.
+func serve(ctx context.Context, stop func(), e *env, log *slog.Logger, cfg serveConfig, sf *secretFlags, lf *leaseFlags) error {
+	token, tokenFile := "", cfg.tokenFile
+	if tokenFile == "" {
+		tokenFile = e.getenv("RANDFLAKE_INSPECT_TOKEN_FILE")
+	}
+	if tokenFile != "" {
+		b, err := statedir.ReadPrivateFile(tokenFile, maxTokenFile)
 		if err != nil {
 			return fmt.Errorf("inspection token: %w", err)
 		}
@@ -84,7 +111,7 @@ stops at once.`)
 			return errors.New("inspection token: at least 16 characters are required")
 		}
 	}
-	g, err := openGenerator(ctx, e, log, &sf, &lf, statedir.DefaultNodes)
+	g, err := openGenerator(ctx, e, log, sf, lf, statedir.DefaultNodes)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			// Stopped on request before serving: nothing is held any
@@ -99,23 +126,23 @@ stops at once.`)
 	srv, err := server.New(server.Config{
 		Generator:    g,
 		LeaseEnd:     g.LeaseEnd,
-		MaxCount:     *maxCount,
+		MaxCount:     cfg.maxCount,
 		InspectToken: token,
 		Logger:       log,
-		AccessLog:    accessLogger(log, *accessLog),
+		AccessLog:    accessLogger(log, cfg.accessLog),
 	})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
 	}
 	hs := &http.Server{
-		ReadHeaderTimeout: *headerTimeout,
+		ReadHeaderTimeout: cfg.headerTimeout,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       *idleTimeout,
+		IdleTimeout:       cfg.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
@@ -128,7 +155,7 @@ stops at once.`)
 	}
 	stop() // a second signal ends the process at once
 	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), *grace)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.grace)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)

@@ -120,6 +120,9 @@ func (c *headConn) Read(p []byte) (int, error) {
 			n := copy(p, c.buf[c.off:c.ready])
 			c.off += n
 			if c.off == len(c.buf) {
+				if cap(c.buf) > 8<<10 {
+					c.buf = nil // a large head has gone through: free its room
+				}
 				c.buf, c.off, c.ready = c.buf[:0], 0, 0
 			}
 			return n, nil
