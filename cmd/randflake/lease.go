@@ -127,6 +127,7 @@ func (l *leaseFlags) open(ctx context.Context, log *slog.Logger, secret []byte, 
 			return nil, errors.New("--etcd needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
 		}
 		endpoints := strings.Split(l.etcd, ",")
+		defer waitNotice(log, "still waiting for node IDs from etcd", "endpoints", l.etcd)()
 		cli, err := clientv3.New(clientv3.Config{
 			Endpoints:   endpoints,
 			DialTimeout: 5 * time.Second,
@@ -135,7 +136,6 @@ func (l *leaseFlags) open(ctx context.Context, log *slog.Logger, secret []byte, 
 		if err != nil {
 			return nil, fmt.Errorf("etcd: %w", err)
 		}
-		defer waitNotice(log, "still waiting for node IDs from etcd", "endpoints", l.etcd)()
 		g, err := etcdlease.NewLeased(ctx, secret, etcdlease.Config{
 			Client: cli, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl, Logger: log,
 		})
