@@ -334,6 +334,51 @@ func TestHeaderLimit(t *testing.T) {
 		t.Fatalf("third request, one byte over: %d, want 431", st)
 	}
 	refused++
+	// Pipelined: the request before a head that is too large is answered
+	// first.
+	pc, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	pc.SetDeadline(time.Now().Add(20 * time.Second))
+	go io.WriteString(pc, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"+headOfSize(20000, true))
+	pbr := bufio.NewReader(pc)
+	for i, want := range []int{200, 431} {
+		resp, err := http.ReadResponse(pbr, nil)
+		if err != nil {
+			t.Fatalf("pipelined answer %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("pipelined answer %d: %d %q, want %d", i, resp.StatusCode, b, want)
+		}
+	}
+	refused++
+	// A head that arrives in pieces, split inside lines and line ends.
+	for _, c := range []struct{ size, status int }{{MaxHeaderBytes, 200}, {MaxHeaderBytes + 1, 431}} {
+		sc, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.SetDeadline(time.Now().Add(20 * time.Second))
+		head := headOfSize(c.size, true)
+		go func() {
+			for i := 0; i < len(head); i += 997 {
+				io.WriteString(sc, head[i:min(i+997, len(head))])
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(sc), nil)
+		if err != nil || resp.StatusCode != c.status {
+			t.Errorf("head of %d bytes in pieces: %v %v, want %d", c.size, resp, err, c.status)
+		}
+		sc.Close()
+		if c.status == 431 {
+			refused++
+		}
+	}
 	// A chunked body ends the connection: the limit cannot follow it.
 	resp, _ := rawRequest(t, ts, "POST /v1/ids HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
 	if resp.StatusCode != 405 || !resp.Close {
