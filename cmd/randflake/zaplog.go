@@ -23,12 +23,15 @@ type slogCore struct {
 	fields []zapcore.Field
 }
 
+// Enabled reports whether entries at l are passed on.
 func (c *slogCore) Enabled(l zapcore.Level) bool { return l >= c.level }
 
+// With returns a core that adds fields to every entry.
 func (c *slogCore) With(fields []zapcore.Field) zapcore.Core {
 	return &slogCore{log: c.log, level: c.level, fields: slices.Concat(c.fields, fields)}
 }
 
+// Check adds the core to ce if the entry's level is enabled.
 func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
 	if c.Enabled(e.Level) {
 		return ce.AddCore(e, c)
@@ -36,6 +39,7 @@ func (c *slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Che
 	return ce
 }
 
+// Write logs the entry with its fields, sorted by key.
 func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	enc := zapcore.NewMapObjectEncoder()
 	for _, f := range c.fields {
@@ -64,4 +68,5 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	return nil
 }
 
+// Sync does nothing: slog handlers write at once.
 func (c *slogCore) Sync() error { return nil }

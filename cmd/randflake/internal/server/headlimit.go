@@ -64,6 +64,7 @@ type headListener struct {
 	s *Server
 }
 
+// Accept wraps the next connection in a headConn.
 func (l *headListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -108,12 +109,19 @@ type headConn struct {
 // timeout so that net/http closes the connection quietly.
 type errHeadTooLarge struct{}
 
+// Error describes the limit.
 func (errHeadTooLarge) Error() string {
 	return "request head larger than " + strconv.Itoa(MaxHeaderBytes) + " bytes"
 }
-func (errHeadTooLarge) Timeout() bool   { return true }
+
+// Timeout reports true: net/http then closes without an answer.
+func (errHeadTooLarge) Timeout() bool { return true }
+
+// Temporary reports false.
 func (errHeadTooLarge) Temporary() bool { return false }
 
+// Read hands on body bytes and complete head lines, and fails once a head
+// would exceed MaxHeaderBytes.
 func (c *headConn) Read(p []byte) (int, error) {
 	for {
 		if c.off < c.ready {

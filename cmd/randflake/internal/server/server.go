@@ -55,17 +55,17 @@ import (
 // randflake_errors_total. The package documentation lists when each is
 // sent.
 const (
-	KindBadRequest       = "bad_request"
-	KindUnauthorized     = "unauthorized"
-	KindNotFound         = "not_found"
-	KindMethodNotAllowed = "method_not_allowed"
-	KindHeadersTooLarge  = "headers_too_large"
-	KindExhausted        = "exhausted"
-	KindClock            = "clock"
-	KindLease            = "lease"
-	KindUnavailable      = "unavailable"
-	KindNotReady         = "not_ready"
-	KindInternal         = "internal"
+	KindBadRequest       = "bad_request"        // 400: the request's query or ID is not acceptable
+	KindUnauthorized     = "unauthorized"       // 401: no valid inspection token
+	KindNotFound         = "not_found"          // 404: no such path, or inspection disabled
+	KindMethodNotAllowed = "method_not_allowed" // 405: the path does not take the method
+	KindHeadersTooLarge  = "headers_too_large"  // 431: request head over MaxHeaderBytes
+	KindExhausted        = "exhausted"          // 503: this second's sequence numbers are used up
+	KindClock            = "clock"              // 503: the clock is behind IDs already issued
+	KindLease            = "lease"              // 503: no valid node-ID lease
+	KindUnavailable      = "unavailable"        // 503: the generator is closed
+	KindNotReady         = "not_ready"          // 503: /readyz without a valid lease
+	KindInternal         = "internal"           // 500: any other generator failure
 )
 
 // Generator is what the service needs of a Randflake generator;
@@ -495,6 +495,7 @@ type recorder struct {
 	kind   string
 }
 
+// WriteHeader records the first status and sends it on.
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 {
 		r.status = code
@@ -502,6 +503,7 @@ func (r *recorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
+// Write counts the body bytes written.
 func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
