@@ -132,8 +132,12 @@ func analyze(servers []*server, cfg checkConfig) *report {
 						r.ahead++
 					}
 					if len(r.timeExamples) < 5 {
-						r.timeExamples = append(r.timeExamples, fmt.Sprintf("%s from %s: requested at %s, received at %s",
-							fields(raw), s.name, rel(sendSec), rel(recvSec)))
+						ex := fmt.Sprintf("%s from %s: requested at %.1fs, received at %.1fs",
+							fields(raw), s.name, time.Duration(b.send-cfg.start.UnixNano()).Seconds(), time.Duration(b.recv-cfg.start.UnixNano()).Seconds())
+						if e := s.episodeAt(b.recv); e != "" {
+							ex += " (" + s.name + ": " + e + ")"
+						}
+						r.timeExamples = append(r.timeExamples, ex)
 					}
 				}
 				for j, bd := range cfg.bounds {
@@ -252,7 +256,7 @@ func analyze(servers []*server, cfg checkConfig) *report {
 		r.errors = append(r.errors, fmt.Sprintf("%d (second, node) pairs issued by two processes, e.g.\n  %s", r.shared, strings.Join(r.sharedExamples, "\n  ")))
 	}
 	if r.stale+r.ahead > 0 {
-		r.errors = append(r.errors, fmt.Sprintf("%d IDs more than a second older than their request and %d IDs ahead of the clock, e.g.\n  %s",
+		r.errors = append(r.errors, fmt.Sprintf("%d IDs carry a second more than one second before their request was sent (none may be handed out more than a second behind the clock), %d a second after their response arrived; e.g.\n  %s",
 			r.stale, r.ahead, strings.Join(r.timeExamples, "\n  ")))
 	}
 	for _, b := range r.bounds {

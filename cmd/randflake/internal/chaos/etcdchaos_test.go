@@ -387,7 +387,8 @@ func TestChaosEtcd(t *testing.T) {
 			s.proc().signal(syscall.SIGCONT)
 			restored = time.Now()
 			s.setState("serving")
-			paused := time.Since(t0)
+			paused := restored.Sub(t0)
+			s.addEpisode("SIGSTOP", t0, restored)
 			st.pauses = append(st.pauses, paused)
 			f.event("SIGCONT %s after %.1fs; %s", s.name, paused.Seconds(), what)
 			growPool("for " + s.name + " to claim again")
@@ -420,6 +421,7 @@ func TestChaosEtcd(t *testing.T) {
 			}
 			s.setState("serving")
 			st.partitions = append(st.partitions, tr.Sub(tc))
+			s.addEpisode("cut off from etcd", tc, tr)
 			// The last keep-alive that can have succeeded was sent before
 			// tc: the lease end is at most tc + TTL - margin - 1s.
 			bounds = append(bounds, bound{s: s, from: tc, until: tr, max: tc.Add(etcdTTL).Unix() - 1,

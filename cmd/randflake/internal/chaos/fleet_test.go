@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -102,6 +103,33 @@ type server struct {
 	clientsWG  sync.WaitGroup
 
 	coll collector
+	// episodes are what the schedule did to the server, for the reports.
+	episodes []episode
+}
+
+type episode struct {
+	what        string
+	from, until time.Time
+}
+
+// addEpisode records an episode of the server.
+func (s *server) addEpisode(what string, from, until time.Time) {
+	s.mu.Lock()
+	s.episodes = append(s.episodes, episode{what, from, until})
+	s.mu.Unlock()
+}
+
+// episodeAt describes the episode of the server that ended at most 3s
+// before the Unix nanosecond t, if any: "SIGSTOP 20.3s-24.9s".
+func (s *server) episodeAt(t int64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.episodes {
+		if t >= e.from.UnixNano() && t <= e.until.Add(3*time.Second).UnixNano() {
+			return fmt.Sprintf("%s %.1fs-%.1fs", e.what, e.from.Sub(s.f.start).Seconds(), e.until.Sub(s.f.start).Seconds())
+		}
+	}
+	return ""
 }
 
 func (s *server) getState() string {
@@ -267,14 +295,20 @@ func startFailure(p *proc) string {
 		return "killed during start-up"
 	}
 	last := p.lastLine()
-	switch {
-	case strings.Contains(last, "every node-ID range is claimed"):
+	if strings.Contains(last, "every node-ID range is claimed") {
 		return "no free node IDs"
-	case len(last) > 160:
-		last = last[:160] + "…"
+	}
+	if m := errRE.FindStringSubmatch(last); m != nil {
+		last = strings.ReplaceAll(m[1], `\"`, `"`)
+	}
+	if len(last) > 200 {
+		last = last[:200] + "…"
 	}
 	return p.exit() + ": " + last
 }
+
+// errRE finds the error of a failed serve's last log line.
+var errRE = regexp.MustCompile(`err="((?:[^"\\]|\\.)*)"`)
 
 func (f *fleet) startClients(s *server) {
 	ctx, cancel := context.WithCancel(f.clientsCtx)
