@@ -272,7 +272,7 @@ func TestChaosEtcd(t *testing.T) {
 		f.launch(fmt.Sprintf("s%d", i), "initial", "")
 	}
 	if starting := f.waitStarted(60 * time.Second); len(starting) > 0 {
-		t.Fatalf("%d servers not ready after 60s; %s: %s", len(starting), starting[0].name, starting[0].proc().tail(10))
+		t.Fatalf("%d servers not ready after 60s; %s: %s", len(starting), starting[0].name, starting[0].logTail(10))
 	}
 
 	events := []string{"kill", "kill", "pause", "partition", "member", "quorum"}
@@ -511,14 +511,14 @@ func TestChaosEtcd(t *testing.T) {
 	// Settle: every server started gets its node IDs and issues again.
 	if starting := f.waitStarted(30 * time.Second); len(starting) > 0 {
 		for _, s := range starting {
-			t.Errorf("%s (%s) never became ready: start failures %s; log: %s", s.name, s.note, s.failSummary(), s.proc().tail(5))
+			t.Errorf("%s (%s) never became ready: start failures %s; log: %s", s.name, s.note, s.failSummary(), s.logTail(5))
 		}
 	}
 	settle := time.Now()
 	idle := f.waitAllIssuing(settle, 30*time.Second)
 	for _, s := range idle {
 		t.Errorf("%s issued no ID in the %.0fs after the schedule ended (state %s); its clients' errors: %s; log: %s",
-			s.name, time.Since(settle).Seconds(), s.getState(), s.errorSummary(), s.proc().tail(5))
+			s.name, time.Since(settle).Seconds(), s.getState(), s.errorSummary(), s.logTail(5))
 	}
 	time.Sleep(2 * time.Second)
 	f.event("schedule done; stopping the servers (SIGTERM)")

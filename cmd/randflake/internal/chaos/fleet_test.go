@@ -44,7 +44,7 @@ type fleetConfig struct {
 }
 
 // fleet is a set of `randflake serve` processes, each with its clients and
-// the IDs they received, and the timeline of what happened to them.
+// the IDs they received.
 type fleet struct {
 	t   *testing.T
 	cfg fleetConfig
@@ -58,7 +58,6 @@ type fleet struct {
 	lastOK                       atomic.Int64 // Unix nanoseconds of the newest successful fetch
 	mu                           sync.Mutex
 	servers                      []*server
-	timeline                     []string
 	stopped                      bool
 	replacements, claimants      int
 }
@@ -71,13 +70,9 @@ func newFleet(t *testing.T, cfg fleetConfig) *fleet {
 	return f
 }
 
-// event prints one line of the timeline.
+// event prints one line of the timeline, with the time since the start.
 func (f *fleet) event(format string, args ...any) {
-	line := fmt.Sprintf("chaos %-8s %6.1fs  %s", f.cfg.name, time.Since(f.start).Seconds(), fmt.Sprintf(format, args...))
-	f.mu.Lock()
-	f.timeline = append(f.timeline, line)
-	f.mu.Unlock()
-	fmt.Println(line)
+	fmt.Printf("chaos %-8s %6.1fs  %s\n", f.cfg.name, time.Since(f.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
 // server is one logical server: the start attempts of one name until one
@@ -94,7 +89,7 @@ type server struct {
 	p          *proc
 	url        string
 	proxies    []*proxy
-	state      string // starting, serving, paused, cut, killed, stopped, not started
+	state      string // starting, serving, paused, cut, killed, crashed, stopped, not started
 	readyAt    time.Time
 	attempts   int
 	startFails map[string]int
@@ -148,6 +143,16 @@ func (s *server) proc() *proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.p
+}
+
+// logTail returns the last n lines of the server's log (every attempt's).
+func (s *server) logTail(n int) string {
+	b, _ := os.ReadFile(s.logPath)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (s *server) pidString() string {
@@ -362,17 +367,19 @@ func (s *server) stopServing() {
 }
 
 // kill SIGKILLs the server's current process. It returns the state the
-// server was in; a server still starting goes on with another attempt.
+// server was in, or "between attempts" if it was starting but had no
+// process running; a server still starting goes on with another attempt.
 func (s *server) kill() string {
 	s.mu.Lock()
 	st, p := s.state, s.p
+	if st == "starting" && (p == nil || p.exited()) {
+		s.mu.Unlock()
+		return "between attempts"
+	}
 	if st != "starting" {
 		s.state = "killed"
 	}
 	s.mu.Unlock()
-	if p == nil {
-		return st
-	}
 	p.kill()
 	if st != "starting" {
 		s.stopServing()

@@ -40,7 +40,7 @@ func TestChaosStateDir(t *testing.T) {
 		f.launch(fmt.Sprintf("p%02d", i), "initial", "")
 	}
 	if starting := f.waitStarted(60 * time.Second); len(starting) > 0 {
-		t.Fatalf("%d servers not ready after 60s; %s: %s", len(starting), starting[0].name, starting[0].proc().tail(10))
+		t.Fatalf("%d servers not ready after 60s; %s: %s", len(starting), starting[0].name, starting[0].logTail(10))
 	}
 
 	kills, startKills := 0, 0
@@ -58,9 +58,13 @@ func TestChaosStateDir(t *testing.T) {
 			continue
 		}
 		pid := s.pidString()
-		if st := s.kill(); st == "starting" {
+		switch s.kill() {
+		case "starting":
 			startKills++
 			f.event("SIGKILL %s (%s) while it starts", s.name, pid)
+			continue
+		case "serving":
+		default:
 			continue
 		}
 		kills++
@@ -70,7 +74,7 @@ func TestChaosStateDir(t *testing.T) {
 			// Kill the replacement's first attempt in the middle of its
 			// start-up: claiming blocks, writing the state.
 			time.Sleep(upTo(rng, 150*time.Millisecond))
-			switch st := r.kill(); st {
+			switch r.kill() {
 			case "starting":
 				startKills++
 				f.event("SIGKILL %s while it starts (%.0fms after launch)", r.name, time.Since(r.launched).Seconds()*1000)
@@ -89,13 +93,13 @@ func TestChaosStateDir(t *testing.T) {
 
 	if starting := f.waitStarted(30 * time.Second); len(starting) > 0 {
 		for _, s := range starting {
-			t.Errorf("%s (%s) never became ready: start failures %s; log: %s", s.name, s.note, s.failSummary(), s.proc().tail(5))
+			t.Errorf("%s (%s) never became ready: start failures %s; log: %s", s.name, s.note, s.failSummary(), s.logTail(5))
 		}
 	}
 	settle := time.Now()
 	for _, s := range f.waitAllIssuing(settle, 20*time.Second) {
 		t.Errorf("%s issued no ID in the %.0fs after the schedule ended; its clients' errors: %s; log: %s",
-			s.name, time.Since(settle).Seconds(), s.errorSummary(), s.proc().tail(5))
+			s.name, time.Since(settle).Seconds(), s.errorSummary(), s.logTail(5))
 	}
 	time.Sleep(time.Second)
 	f.event("schedule done; stopping the servers (SIGTERM)")
