@@ -43,7 +43,7 @@ func formatSecond(s int64) string {
 
 // validate checks that the lease can back a Sharded generator.
 func (l Lease) validate() error {
-	if l.FirstNode < 0 || l.LastNode > RANDFLAKE_MAX_NODE || l.FirstNode > l.LastNode {
+	if l.FirstNode < 0 || l.LastNode > MaxNode || l.FirstNode > l.LastNode {
 		return fmt.Errorf("%w (lease %d-%d)", ErrInvalidNode, l.FirstNode, l.LastNode)
 	}
 	if err := checkLease(l.Start, l.End); err != nil {
@@ -119,7 +119,7 @@ func (s StaticSource) Acquire(ctx context.Context) (Lease, error) {
 		FirstNode: s.FirstNode,
 		LastNode:  s.LastNode,
 		Start:     time.Now().Unix() + 1 + skew,
-		End:       RANDFLAKE_MAX_TIMESTAMP,
+		End:       MaxTimestamp,
 	}
 	if err := l.validate(); err != nil {
 		return Lease{}, err
@@ -143,8 +143,8 @@ func (s StaticSource) Release(ctx context.Context, l Lease, lastUsed int64) erro
 // ordinal ("web-3"). If env is empty or unset, the host name is used, which
 // in a StatefulSet is the pod name.
 func StatefulSetSource(env string, nodesPerPod int64) (StaticSource, error) {
-	if nodesPerPod < 1 || nodesPerPod > RANDFLAKE_MAX_NODE+1 {
-		return StaticSource{}, fmt.Errorf("randflake: nodes per pod must be between 1 and %d, not %d", RANDFLAKE_MAX_NODE+1, nodesPerPod)
+	if nodesPerPod < 1 || nodesPerPod > MaxNode+1 {
+		return StaticSource{}, fmt.Errorf("randflake: nodes per pod must be between 1 and %d, not %d", MaxNode+1, nodesPerPod)
 	}
 	name, from := "", "host name"
 	if env != "" {
@@ -161,8 +161,8 @@ func StatefulSetSource(env string, nodesPerPod int64) (StaticSource, error) {
 	if err != nil {
 		return StaticSource{}, fmt.Errorf("randflake: StatefulSet ordinal from %s %q: %w", from, name, err)
 	}
-	if ord > (RANDFLAKE_MAX_NODE+1)/nodesPerPod-1 {
-		return StaticSource{}, fmt.Errorf("randflake: StatefulSet ordinal %d x %d node IDs per pod exceeds the %d node IDs", ord, nodesPerPod, RANDFLAKE_MAX_NODE+1)
+	if ord > (MaxNode+1)/nodesPerPod-1 {
+		return StaticSource{}, fmt.Errorf("randflake: StatefulSet ordinal %d x %d node IDs per pod exceeds the %d node IDs", ord, nodesPerPod, MaxNode+1)
 	}
 	return StaticSource{FirstNode: ord * nodesPerPod, LastNode: (ord+1)*nodesPerPod - 1}, nil
 }

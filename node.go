@@ -12,11 +12,7 @@ type node struct {
 	state atomic.Uint64
 }
 
-const nodeSeqBits = RANDFLAKE_SEQUENCE_BITS + 1
-
-// cacheLine is twice the usual 64 bytes, because adjacent-line prefetch
-// makes neighbouring lines contend too.
-const cacheLine = 128
+const nodeSeqBits = SequenceBits + 1
 
 // reserve takes up to k (k >= 1) consecutive sequence numbers for the
 // second now (Unix seconds), or for the newest second already used if the
@@ -28,7 +24,7 @@ const cacheLine = 128
 //   - ErrConsistencyViolation if the clock is behind the newest second
 //     used and that second is used up.
 func (n *node) reserve(now int64, k int, leaseStart, leaseEnd int64) (sec, seq int64, got int, err error) {
-	if now < leaseStart || now > RANDFLAKE_MAX_TIMESTAMP {
+	if now < leaseStart || now > MaxTimestamp {
 		return 0, 0, 0, ErrInvalidLease
 	}
 	for {
@@ -55,4 +51,22 @@ func (n *node) reserve(now int64, k int, leaseStart, leaseEnd int64) (sec, seq i
 			return sec, next, got, nil
 		}
 	}
+}
+
+// retiredNode is the state of a retired node: a second after every lease
+// (MaxTimestamp+1) with its sequence space used up, so reserve finds the
+// second outside any lease and fails with ErrInvalidLease.
+const retiredNode = uint64(MaxTimestamp+1)<<nodeSeqBits | IDsPerSecond
+
+// retire stops n from reserving sequence numbers and returns the newest
+// second it reserved in (0 if none, or if it was retired already). The
+// state is swapped atomically for retiredNode, so a reservation racing
+// with retire either happened before the swap (and its second is
+// returned) or fails.
+func (n *node) retire() int64 {
+	old := n.state.Swap(retiredNode)
+	if old == retiredNode {
+		return 0
+	}
+	return int64(old >> nodeSeqBits)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"runtime"
 	"sync/atomic"
-	"unsafe"
 )
 
 // ShardedConfig configures a Sharded generator.
@@ -95,7 +94,7 @@ func NewSharded(cfg ShardedConfig) (*Sharded, error) {
 	if err := checkLease(cfg.LeaseStart, cfg.LeaseEnd); err != nil {
 		return nil, err
 	}
-	if cfg.FirstNode < 0 || cfg.LastNode > RANDFLAKE_MAX_NODE || cfg.FirstNode > cfg.LastNode {
+	if cfg.FirstNode < 0 || cfg.LastNode > MaxNode || cfg.FirstNode > cfg.LastNode {
 		return nil, ErrInvalidNode
 	}
 	if cfg.Shards < 0 {
@@ -419,12 +418,19 @@ func (s *Sharded) UpdateLease(leaseStart, leaseEnd int64) bool {
 }
 
 // Lease returns the node range and the current lease.
-func (s *Sharded) Lease() (firstNode, lastNode, leaseStart, leaseEnd int64) {
-	return s.firstNode, s.lastNode, s.leaseStart, s.leaseEnd.Load()
+func (s *Sharded) Lease() Lease {
+	return Lease{FirstNode: s.firstNode, LastNode: s.lastNode, Start: s.leaseStart, End: s.leaseEnd.Load()}
 }
 
-// encryptInt64s encrypts raw IDs in place.
-func encryptInt64s(c *Sparx64, ids []int64) {
-	u := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ids))), len(ids))
-	c.EncryptIDs(u, u)
+// retire stops s from reserving sequence numbers on any of its node IDs and
+// returns the newest second it reserved on any of them (0 if none). A
+// reservation racing with retire either happened before it (and its second
+// is counted) or fails; IDs already reserved into shard buffers carry
+// seconds no later than the one returned.
+func (s *Sharded) retire() int64 {
+	var last int64
+	for i := range s.nodes {
+		last = max(last, s.nodes[i].retire())
+	}
+	return last
 }

@@ -3,8 +3,8 @@ package randflake
 import (
 	"crypto/cipher"
 	"encoding/binary"
-	"errors"
 	"strconv"
+	"unsafe"
 )
 
 // Sparx64BlockSize is the Sparx-64/128 block size in bytes.
@@ -20,9 +20,6 @@ const (
 	sparxKeys     = 2*sparxSteps + 1          // 16 branch keys and the final whitening key
 	roundKeyWords = sparxKeys * sparxRoundKey // 102
 )
-
-// ErrKeySize is returned by NewSparx64 for a key that is not 16 bytes long.
-var ErrKeySize = errors.New("randflake: Sparx-64/128 key must be 16 bytes")
 
 // Sparx64 is the Sparx-64/128 block cipher (Dinu et al., ASIACRYPT 2016) with
 // an expanded key. It implements crypto/cipher.Block with the byte order of
@@ -43,7 +40,8 @@ type Sparx64 struct {
 
 var _ cipher.Block = (*Sparx64)(nil)
 
-// NewSparx64 expands a 16-byte key. Any other length returns ErrKeySize.
+// NewSparx64 expands a 16-byte key. Any other length returns an error
+// that wraps ErrInvalidSecret and says the length.
 func NewSparx64(key []byte) (*Sparx64, error) {
 	if len(key) != Sparx64KeySize {
 		return nil, keySizeError(len(key))
@@ -74,7 +72,7 @@ func (e keySizeError) Error() string {
 	return "randflake: Sparx-64/128 key must be 16 bytes, got " + strconv.Itoa(int(e))
 }
 
-func (e keySizeError) Is(target error) bool { return target == ErrKeySize }
+func (e keySizeError) Is(target error) bool { return target == ErrInvalidSecret }
 
 // BlockSize returns the cipher's block size, 8 bytes.
 func (s *Sparx64) BlockSize() int { return Sparx64BlockSize }
@@ -137,6 +135,13 @@ func (s *Sparx64) EncryptIDs(dst, src []uint64) {
 func (s *Sparx64) DecryptIDs(dst, src []uint64) {
 	n := min(len(dst), len(src))
 	activeKernel.run(s, dst[:n], src[:n], true)
+}
+
+// encryptInt64s encrypts raw IDs held as int64s in place (the same bits
+// as EncryptIDs on uint64s).
+func encryptInt64s(c *Sparx64, ids []int64) {
+	u := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ids))), len(ids))
+	c.EncryptIDs(u, u)
 }
 
 // unpackID maps an ID to the four big-endian 16-bit words of its

@@ -71,8 +71,8 @@ func TestNewSparx64KeySize(t *testing.T) {
 		if err == nil || s != nil {
 			t.Fatalf("%d-byte key accepted", n)
 		}
-		if !errors.Is(err, ErrKeySize) {
-			t.Fatalf("%d-byte key: error %v is not ErrKeySize", n, err)
+		if !errors.Is(err, ErrInvalidSecret) {
+			t.Fatalf("%d-byte key: error %v is not ErrInvalidSecret", n, err)
 		}
 	}
 	if _, err := NewSparx64(nil); err == nil {
