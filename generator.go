@@ -29,7 +29,7 @@ func NewGenerator(nodeID int64, leaseStart int64, leaseEnd int64, secret []byte)
 	if err := checkLease(leaseStart, leaseEnd); err != nil {
 		return nil, err
 	}
-	if nodeID < 0 || nodeID > MaxNode {
+	if CheckNodeRange(nodeID, nodeID) != nil {
 		return nil, ErrInvalidNode
 	}
 	c, err := newIDCipher(secret)

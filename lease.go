@@ -41,15 +41,32 @@ func formatSecond(s int64) string {
 	return time.Unix(s, 0).UTC().Format(time.RFC3339)
 }
 
-// validate checks that the lease can back a Sharded generator.
-func (l Lease) validate() error {
-	if l.FirstNode < 0 || l.LastNode > MaxNode || l.FirstNode > l.LastNode {
-		return fmt.Errorf("%w (lease %d-%d)", ErrInvalidNode, l.FirstNode, l.LastNode)
+// CheckNodeRange reports whether first..last is a range of node IDs,
+// 0 <= first <= last <= MaxNode; the error wraps ErrInvalidNode.
+func CheckNodeRange(first, last int64) error {
+	if first < 0 || last > MaxNode || first > last {
+		return fmt.Errorf("%w (range %d-%d)", ErrInvalidNode, first, last)
+	}
+	return nil
+}
+
+// Validate checks that the lease can back a generator: a range of node
+// IDs, and Epoch <= Start <= End <= MaxTimestamp. Lease sources check what
+// they hand out with it; Leased checks every lease it is given.
+func (l Lease) Validate() error {
+	if err := CheckNodeRange(l.FirstNode, l.LastNode); err != nil {
+		return err
 	}
 	if err := checkLease(l.Start, l.End); err != nil {
 		return fmt.Errorf("%w (lease from %d to %d)", err, l.Start, l.End)
 	}
 	return nil
+}
+
+// SameClaim reports whether l and o are the same claim: the same node IDs
+// from the same start (their ends may differ, as renewal moves them).
+func (l Lease) SameClaim(o Lease) bool {
+	return l.FirstNode == o.FirstNode && l.LastNode == o.LastNode && l.Start == o.Start
 }
 
 // LeaseSource hands out node-ID leases: a fixed range from configuration
@@ -121,7 +138,7 @@ func (s StaticSource) Acquire(ctx context.Context) (Lease, error) {
 		Start:     time.Now().Unix() + 1 + skew,
 		End:       MaxTimestamp,
 	}
-	if err := l.validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return Lease{}, err
 	}
 	return l, nil

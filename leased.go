@@ -154,7 +154,7 @@ func (l *Leased) acquireLease(ctx context.Context) (Lease, *Sharded, error) {
 	if err != nil {
 		return Lease{}, nil, err
 	}
-	err = lease.validate()
+	err = lease.Validate()
 	var g *Sharded
 	if err == nil {
 		g, err = NewSharded(ShardedConfig{
@@ -226,8 +226,7 @@ func (l *Leased) step(ctx context.Context) time.Duration {
 		return l.reacquire(ctx, cur)
 	}
 	next, err := l.src.Renew(ctx, cur)
-	if err == nil && (next.FirstNode != cur.FirstNode || next.LastNode != cur.LastNode ||
-		next.Start != cur.Start || next.End < cur.End || next.validate() != nil) {
+	if err == nil && (!next.SameClaim(cur) || next.End < cur.End || next.Validate() != nil) {
 		err = fmt.Errorf("randflake: lease source renewed %v as %v", cur, next)
 	}
 	if err != nil {

@@ -94,7 +94,7 @@ func NewSharded(cfg ShardedConfig) (*Sharded, error) {
 	if err := checkLease(cfg.LeaseStart, cfg.LeaseEnd); err != nil {
 		return nil, err
 	}
-	if cfg.FirstNode < 0 || cfg.LastNode > MaxNode || cfg.FirstNode > cfg.LastNode {
+	if CheckNodeRange(cfg.FirstNode, cfg.LastNode) != nil {
 		return nil, ErrInvalidNode
 	}
 	if cfg.Shards < 0 {

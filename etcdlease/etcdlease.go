@@ -170,8 +170,8 @@ func New(cfg Config) (*Source, error) {
 	if s.first == 0 && s.last == 0 {
 		s.last = randflake.MaxNode
 	}
-	if s.first < 0 || s.last > randflake.MaxNode || s.first > s.last {
-		return nil, fmt.Errorf("etcdlease: node range %d-%d: want 0 <= first <= last <= %d", s.first, s.last, randflake.MaxNode)
+	if err := randflake.CheckNodeRange(s.first, s.last); err != nil {
+		return nil, fmt.Errorf("etcdlease: %w", err)
 	}
 	if s.nodes < 1 || s.nodes > MaxNodes || s.nodes > s.last-s.first+1 {
 		return nil, fmt.Errorf("etcdlease: %d node IDs per process: want 1 to %d, within the range %d-%d", s.nodes, MaxNodes, s.first, s.last)
@@ -466,7 +466,7 @@ func (s *Source) recordPromise(ctx context.Context, c *claim, end int64) error {
 // held returns the claim of l, or an error.
 func (s *Source) held(l randflake.Lease) (*claim, error) {
 	c := s.claim
-	if c == nil || c.lease.FirstNode != l.FirstNode || c.lease.LastNode != l.LastNode || c.lease.Start != l.Start {
+	if c == nil || !c.lease.SameClaim(l) {
 		return nil, fmt.Errorf("etcdlease: lease on %v is not held by this source", l)
 	}
 	return c, nil

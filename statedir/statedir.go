@@ -317,8 +317,11 @@ func (d *Dir) Source(opts Options) (*Source, error) {
 	if s.first == 0 && s.last == 0 {
 		s.last = randflake.MaxNode
 	}
-	if s.first < 0 || s.last > randflake.MaxNode || s.first > s.last || s.first%BlockSize != 0 || (s.last+1)%BlockSize != 0 {
-		return nil, fmt.Errorf("statedir: node range %d-%d: want 0 <= first <= last <= %d, first and last+1 multiples of %d", s.first, s.last, randflake.MaxNode, BlockSize)
+	if err := randflake.CheckNodeRange(s.first, s.last); err != nil {
+		return nil, fmt.Errorf("statedir: %w", err)
+	}
+	if s.first%BlockSize != 0 || (s.last+1)%BlockSize != 0 {
+		return nil, fmt.Errorf("statedir: node range %d-%d: first and last+1 must be multiples of %d", s.first, s.last, BlockSize)
 	}
 	if s.nodes == 0 {
 		s.nodes = DefaultNodes
@@ -516,7 +519,7 @@ func (s *Source) claimFree(st state, now int64, k int) (*claim, error) {
 // held returns the claim of l, or an error.
 func (s *Source) held(l randflake.Lease) (*claim, error) {
 	c := s.claim
-	if c == nil || c.lease.FirstNode != l.FirstNode || c.lease.LastNode != l.LastNode || c.lease.Start != l.Start {
+	if c == nil || !c.lease.SameClaim(l) {
 		return nil, fmt.Errorf("statedir: lease on %v is not held by this source", l)
 	}
 	return c, nil

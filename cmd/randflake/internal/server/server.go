@@ -465,7 +465,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // never rendered as HTML: no \u0026 for '&'
+	enc.Encode(v)
 }
 
 // maxLoggedPath bounds the path in access-log lines.
