@@ -11,6 +11,7 @@ import "sync/atomic"
 // until the clock catches up. IDs are only issued for seconds inside the
 // lease.
 type Generator struct {
+	Inspector  // reads IDs back under the generator's secret
 	node       node
 	leaseStart int64
 	leaseEnd   atomic.Int64
@@ -36,7 +37,7 @@ func NewGenerator(nodeID int64, leaseStart int64, leaseEnd int64, secret []byte)
 	if err != nil {
 		return nil, err
 	}
-	g := &Generator{leaseStart: leaseStart, nodeID: nodeID, cipher: c}
+	g := &Generator{Inspector: Inspector{c}, leaseStart: leaseStart, nodeID: nodeID, cipher: c}
 	g.leaseEnd.Store(leaseEnd)
 	return g, nil
 }
@@ -49,13 +50,6 @@ func checkLease(leaseStart, leaseEnd int64) error {
 		return ErrLifetimeOver
 	}
 	return nil
-}
-
-func newIDCipher(secret []byte) (*Sparx64, error) {
-	if len(secret) != Sparx64KeySize {
-		return nil, ErrInvalidSecret
-	}
-	return NewSparx64(secret)
 }
 
 // UpdateLease extends the lease. It reports whether the lease end moved:
@@ -139,23 +133,4 @@ func (g *Generator) GenerateBatch(dst []int64) (int, error) {
 	}
 	encryptInt64s(g.cipher, dst[:done])
 	return done, err
-}
-
-// Inspect decrypts id and returns its Unix timestamp, node ID and sequence
-// number. Every timestamp up to MaxTimestamp (2058) is read back.
-// The secret is not checked: an ID made under another secret decrypts to
-// arbitrary fields.
-func (g *Generator) Inspect(id int64) (timestamp int64, nodeID int64, sequence int64, err error) {
-	timestamp, nodeID, sequence = splitRaw(g.cipher.DecryptID(uint64(id)))
-	return timestamp, nodeID, sequence, nil
-}
-
-// InspectString is Inspect for the string form of an ID. Malformed strings
-// return ErrInvalidID.
-func (g *Generator) InspectString(id string) (timestamp int64, nodeID int64, sequence int64, err error) {
-	v, err := DecodeString(id)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	return g.Inspect(v)
 }

@@ -1,7 +1,6 @@
 package randflake
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,7 +54,7 @@ type LeasedConfig struct {
 //
 // A Leased is safe for concurrent use.
 type Leased struct {
-	secret     []byte
+	Inspector  // reads IDs back under the generator's secret
 	src        LeaseSource
 	shards     int
 	timeSource func() int64
@@ -117,7 +116,7 @@ func NewLeased(ctx context.Context, cfg LeasedConfig) (*Leased, error) {
 		return nil, err
 	}
 	l := &Leased{
-		secret:     bytes.Clone(cfg.Secret),
+		Inspector:  Inspector{c},
 		src:        cfg.Source,
 		shards:     cfg.Shards,
 		timeSource: cfg.TimeSource,
@@ -154,24 +153,11 @@ func (l *Leased) acquireLease(ctx context.Context) (Lease, *Sharded, error) {
 	if err != nil {
 		return Lease{}, nil, err
 	}
-	err = lease.Validate()
-	var g *Sharded
-	if err == nil {
-		g, err = NewSharded(ShardedConfig{
-			Secret:     l.secret,
-			FirstNode:  lease.FirstNode,
-			LastNode:   lease.LastNode,
-			LeaseStart: lease.Start,
-			LeaseEnd:   lease.End,
-			TimeSource: l.timeSource,
-			Shards:     l.shards,
-		})
-	}
-	if err != nil {
+	if err := lease.Validate(); err != nil {
 		_ = l.src.Release(ctx, lease, 0)
 		return Lease{}, nil, fmt.Errorf("randflake: lease source returned an unusable lease: %w", err)
 	}
-	return lease, g, nil
+	return lease, newSharded(l.cipher, lease, l.shards, l.timeSource), nil
 }
 
 func (l *Leased) now() int64 {
@@ -385,22 +371,6 @@ func (l *Leased) GenerateBatch(dst []int64) (int, error) {
 		err = l.explain(err)
 	}
 	return n, err
-}
-
-// Inspect decrypts id and returns its Unix timestamp, node ID and sequence
-// number.
-func (l *Leased) Inspect(id int64) (timestamp, nodeID, sequence int64, err error) {
-	timestamp, nodeID, sequence = splitRaw(l.cipher.DecryptID(uint64(id)))
-	return timestamp, nodeID, sequence, nil
-}
-
-// InspectString is Inspect for the string form of an ID.
-func (l *Leased) InspectString(id string) (timestamp, nodeID, sequence int64, err error) {
-	v, err := DecodeString(id)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	return l.Inspect(v)
 }
 
 // Lease returns the current lease, or the last one held while the

@@ -43,6 +43,7 @@ type ShardedConfig struct {
 //
 // A Sharded is safe for concurrent use.
 type Sharded struct {
+	Inspector  // reads IDs back under the generator's secret
 	cipher     *Sparx64
 	leaseStart int64
 	leaseEnd   atomic.Int64
@@ -104,28 +105,36 @@ func NewSharded(cfg ShardedConfig) (*Sharded, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := cfg.Shards
+	lease := Lease{FirstNode: cfg.FirstNode, LastNode: cfg.LastNode, Start: cfg.LeaseStart, End: cfg.LeaseEnd}
+	return newSharded(c, lease, cfg.Shards, cfg.TimeSource), nil
+}
+
+// newSharded builds a sharded generator on an expanded key and a valid
+// lease, with the given number of shards (0: one per CPU).
+func newSharded(c *Sparx64, lease Lease, shards int, timeSource func() int64) *Sharded {
+	n := shards
 	if n == 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
 	n = min(n, 1024)
 	s := &Sharded{
+		Inspector:  Inspector{c},
 		cipher:     c,
-		leaseStart: cfg.LeaseStart,
-		firstNode:  cfg.FirstNode,
-		lastNode:   cfg.LastNode,
-		timeSource: cfg.TimeSource,
-		nodes:      make([]node, cfg.LastNode-cfg.FirstNode+1),
+		leaseStart: lease.Start,
+		firstNode:  lease.FirstNode,
+		lastNode:   lease.LastNode,
+		timeSource: timeSource,
+		nodes:      make([]node, lease.Nodes()),
 		shards:     make([]*shard, n),
 	}
-	s.leaseEnd.Store(cfg.LeaseEnd)
+	s.leaseEnd.Store(lease.End)
 	s.stride = nodeStride(uint64(len(s.nodes)))
 	for i := range s.shards {
 		s.shards[i] = new(shard)
 		s.shards[i].node.Store(s.visit(uint64(i)))
 	}
 	s.spare.Store(uint64(n))
-	return s, nil
+	return s
 }
 
 func (s *Sharded) now() int64 {
@@ -394,22 +403,6 @@ func (s *Sharded) GenerateBatch(dst []int64) (int, error) {
 	}
 	encryptInt64s(s.cipher, dst[:done])
 	return done, err
-}
-
-// Inspect decrypts id and returns its Unix timestamp, node ID and sequence
-// number.
-func (s *Sharded) Inspect(id int64) (timestamp, nodeID, sequence int64, err error) {
-	timestamp, nodeID, sequence = splitRaw(s.cipher.DecryptID(uint64(id)))
-	return timestamp, nodeID, sequence, nil
-}
-
-// InspectString is Inspect for the string form of an ID.
-func (s *Sharded) InspectString(id string) (timestamp, nodeID, sequence int64, err error) {
-	v, err := DecodeString(id)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	return s.Inspect(v)
 }
 
 // UpdateLease extends the lease, with the rules of Generator.UpdateLease.
