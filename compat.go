@@ -36,5 +36,6 @@ type LeaseInfo struct {
 
 // GetLeaseInfo returns the generator's node ID and current lease.
 func (g *Generator) GetLeaseInfo() LeaseInfo {
-	return LeaseInfo{NodeID: g.nodeID, LeaseStart: g.leaseStart, LeaseEnd: g.leaseEnd.Load()}
+	l := g.lease()
+	return LeaseInfo{NodeID: l.FirstNode, LeaseStart: l.Start, LeaseEnd: l.End}
 }

@@ -11,12 +11,10 @@ import "sync/atomic"
 // until the clock catches up. IDs are only issued for seconds inside the
 // lease.
 type Generator struct {
-	Inspector  // reads IDs back under the generator's secret
-	node       node
-	leaseStart int64
-	leaseEnd   atomic.Int64
-	nodeID     int64
-	cipher     *Sparx64
+	Inspector               // reads IDs back under the generator's secret
+	nodeSet                 // one node ID and its lease
+	cursor    atomic.Uint64 // always 0: the one node
+	cipher    *Sparx64
 
 	// TimeSource, if set, returns the current Unix time in seconds and is
 	// called once per Generate or GenerateBatch call. If nil, the package's
@@ -37,47 +35,22 @@ func NewGenerator(nodeID int64, leaseStart int64, leaseEnd int64, secret []byte)
 	if err != nil {
 		return nil, err
 	}
-	g := &Generator{Inspector: Inspector{c}, leaseStart: leaseStart, nodeID: nodeID, cipher: c}
-	g.leaseEnd.Store(leaseEnd)
+	g := &Generator{Inspector: Inspector{c}, cipher: c}
+	g.init(Lease{FirstNode: nodeID, LastNode: nodeID, Start: leaseStart, End: leaseEnd})
 	return g, nil
-}
-
-func checkLease(leaseStart, leaseEnd int64) error {
-	if leaseEnd < leaseStart || leaseStart < Epoch {
-		return ErrInvalidLease
-	}
-	if leaseEnd > MaxTimestamp {
-		return ErrLifetimeOver
-	}
-	return nil
 }
 
 // UpdateLease extends the lease. It reports whether the lease end moved:
 // leaseStart must equal the generator's, and leaseEnd must be later than
 // the current end and no later than MaxTimestamp.
 func (g *Generator) UpdateLease(leaseStart, leaseEnd int64) bool {
-	return updateLease(g.leaseStart, &g.leaseEnd, leaseStart, leaseEnd)
-}
-
-func updateLease(start int64, end *atomic.Int64, leaseStart, leaseEnd int64) bool {
-	if leaseStart != start || leaseEnd < leaseStart || leaseEnd > MaxTimestamp {
-		return false
-	}
-	for {
-		cur := end.Load()
-		if leaseEnd <= cur {
-			return false
-		}
-		if end.CompareAndSwap(cur, leaseEnd) {
-			return true
-		}
-	}
+	return g.updateLease(leaseStart, leaseEnd)
 }
 
 // Lease returns the generator's node ID (as a one-node range) and current
 // lease.
 func (g *Generator) Lease() Lease {
-	return Lease{FirstNode: g.nodeID, LastNode: g.nodeID, Start: g.leaseStart, End: g.leaseEnd.Load()}
+	return g.lease()
 }
 
 // now returns the generator's clock: the TimeSource, or else the coarse
@@ -96,11 +69,11 @@ func (g *Generator) now() int64 {
 
 // Generate returns a new encrypted ID.
 func (g *Generator) Generate() (int64, error) {
-	sec, seq, _, err := g.node.reserve(g.now(), 1, g.leaseStart, g.leaseEnd.Load())
-	if err != nil {
+	var raw [1]uint64
+	if _, _, err := g.reserveRun(&g.cursor, g.now(), raw[:], true); err != nil {
 		return 0, err
 	}
-	return int64(g.cipher.EncryptID(rawID(sec, g.nodeID, seq))), nil
+	return int64(g.cipher.EncryptID(raw[0])), nil
 }
 
 // GenerateString returns a new encrypted ID in its string form (see
@@ -118,19 +91,8 @@ func (g *Generator) GenerateString() (string, error) {
 // the number of IDs written; if that is less than len(dst), the error says
 // why (the current second's sequence space ran out, or the lease).
 func (g *Generator) GenerateBatch(dst []int64) (int, error) {
-	now := g.now()
-	done := 0
-	var err error
-	for done < len(dst) {
-		var sec, seq int64
-		var n int
-		sec, seq, n, err = g.node.reserve(now, len(dst)-done, g.leaseStart, g.leaseEnd.Load())
-		if err != nil {
-			break
-		}
-		fillRaw(dst[done:done+n], rawID(sec, g.nodeID, seq))
-		done += n
-	}
-	encryptInt64s(g.cipher, dst[:done])
-	return done, err
+	u := asUint64s(dst)
+	n, _, err := g.reserveRun(&g.cursor, g.now(), u, false)
+	g.cipher.EncryptIDs(u[:n], u[:n])
+	return n, err
 }

@@ -35,10 +35,3 @@ func splitRaw(raw uint64) (timestamp, nodeID, sequence int64) {
 	sequence = int64(raw) & MaxSequence
 	return
 }
-
-// fillRaw writes consecutive raw IDs starting at first.
-func fillRaw(dst []int64, first uint64) {
-	for i := range dst {
-		dst[i] = int64(first + uint64(i))
-	}
-}

@@ -41,6 +41,18 @@ func formatSecond(s int64) string {
 	return time.Unix(s, 0).UTC().Format(time.RFC3339)
 }
 
+// checkLease checks a lease's seconds: Epoch <= leaseStart <= leaseEnd <=
+// MaxTimestamp.
+func checkLease(leaseStart, leaseEnd int64) error {
+	if leaseEnd < leaseStart || leaseStart < Epoch {
+		return ErrInvalidLease
+	}
+	if leaseEnd > MaxTimestamp {
+		return ErrLifetimeOver
+	}
+	return nil
+}
+
 // CheckNodeRange reports whether first..last is a range of node IDs,
 // 0 <= first <= last <= MaxNode; the error wraps ErrInvalidNode.
 func CheckNodeRange(first, last int64) error {

@@ -44,18 +44,10 @@ type ShardedConfig struct {
 // A Sharded is safe for concurrent use.
 type Sharded struct {
 	Inspector  // reads IDs back under the generator's secret
+	nodeSet    // the lease's node IDs and the reservation path
 	cipher     *Sparx64
-	leaseStart int64
-	leaseEnd   atomic.Int64
-	firstNode  int64
-	lastNode   int64
 	timeSource func() int64
-
-	nodes  []node        // one word per node ID: FirstNode + index
-	stride uint64        // visiting order of nodes: index k*stride mod len
-	spare  atomic.Uint64 // visit counter of the search for a node with room
-	full   atomic.Int64  // a second in which every node was found used up
-	shards []*shard      // allocated one by one, apart from each other
+	shards     []*shard // allocated one by one, apart from each other
 }
 
 // ringSize is the number of IDs a shard encrypts per batch for Generate.
@@ -120,15 +112,10 @@ func newSharded(c *Sparx64, lease Lease, shards int, timeSource func() int64) *S
 	s := &Sharded{
 		Inspector:  Inspector{c},
 		cipher:     c,
-		leaseStart: lease.Start,
-		firstNode:  lease.FirstNode,
-		lastNode:   lease.LastNode,
 		timeSource: timeSource,
-		nodes:      make([]node, lease.Nodes()),
 		shards:     make([]*shard, n),
 	}
-	s.leaseEnd.Store(lease.End)
-	s.stride = nodeStride(uint64(len(s.nodes)))
+	s.init(lease)
 	for i := range s.shards {
 		s.shards[i] = new(shard)
 		s.shards[i].node.Store(s.visit(uint64(i)))
@@ -221,11 +208,11 @@ func skipTo(ticket *atomic.Uint64, t uint64) {
 
 // generateDirect issues one ID without the buffer.
 func (s *Sharded) generateDirect(sh *shard, now int64) (int64, error) {
-	sec, nodeID, seq, _, err := s.reserve(sh, now, 1)
-	if err != nil {
+	var raw [1]uint64
+	if _, _, err := s.reserveRun(&sh.node, now, raw[:], true); err != nil {
 		return 0, err
 	}
-	return int64(s.cipher.EncryptID(rawID(sec, nodeID, seq))), nil
+	return int64(s.cipher.EncryptID(raw[0])), nil
 }
 
 // fill encrypts lap's IDs into its buffer, unless the buffer is being
@@ -248,7 +235,7 @@ func (s *Sharded) fill(sh *shard, lap uint64) {
 	var count uint64
 	var sec int64
 	if err == nil {
-		count, sec = s.fillRaw(sh, now, b)
+		count, sec = s.encryptLap(sh, now, b)
 	}
 	b.sec.Store(sec)
 	b.count.Store(count)
@@ -259,9 +246,9 @@ func (s *Sharded) fill(sh *shard, lap uint64) {
 	b.stamp.Store(lap + 1)
 }
 
-// fillRaw reserves up to ringSize sequence numbers at second now and
+// encryptLap reserves up to ringSize sequence numbers at second now and
 // writes their encrypted IDs into b.
-func (s *Sharded) fillRaw(sh *shard, now int64, b *lapBuffer) (count uint64, sec int64) {
+func (s *Sharded) encryptLap(sh *shard, now int64, b *lapBuffer) (count uint64, sec int64) {
 	// Under the race detector the IDs are written with atomic stores, as
 	// readers of the previous lap may still be reading them; otherwise
 	// they are written in place and the stamp protocol guards the readers.
@@ -271,7 +258,7 @@ func (s *Sharded) fillRaw(sh *shard, now int64, b *lapBuffer) (count uint64, sec
 	} else {
 		scratch = &b.ids
 	}
-	n, sec, _ := s.reserveRaw(sh, now, scratch[:])
+	n, sec, _ := s.reserveRun(&sh.node, now, scratch[:], true)
 	if n == 0 {
 		return 0, 0
 	}
@@ -282,93 +269,6 @@ func (s *Sharded) fillRaw(sh *shard, now int64, b *lapBuffer) (count uint64, sec
 		}
 	}
 	return uint64(n), sec
-}
-
-// reserveRaw fills dst with raw IDs reserved at second now, moving across
-// node IDs as they fill up. All its IDs carry one second (after a clock step
-// back a node may answer with a later one; the run stops there). It returns
-// how many it wrote and their second, and the error that stopped it when it
-// wrote none.
-func (s *Sharded) reserveRaw(sh *shard, now int64, dst []uint64) (n int, sec int64, err error) {
-	for n < len(dst) {
-		sc, nodeID, seq, got, e := s.reserve(sh, now, len(dst)-n)
-		if e != nil {
-			if n == 0 {
-				err = e
-			}
-			break
-		}
-		if n > 0 && sc != sec {
-			break
-		}
-		sec = sc
-		first := rawID(sec, nodeID, seq)
-		for j := range dst[n : n+got] {
-			dst[n+j] = first + uint64(j)
-		}
-		n += got
-	}
-	return n, sec, err
-}
-
-// reserve takes up to k sequence numbers at second now from the shard's
-// node, moving the shard to another node of the range when its node is
-// used up.
-func (s *Sharded) reserve(sh *shard, now int64, k int) (sec, nodeID, seq int64, got int, err error) {
-	leaseEnd := s.leaseEnd.Load()
-	idx := sh.node.Load()
-	sec, seq, got, err = s.nodes[idx].reserve(now, k, s.leaseStart, leaseEnd)
-	if err == nil || err == ErrInvalidLease {
-		return sec, s.firstNode + int64(idx), seq, got, err
-	}
-	if s.full.Load() == now {
-		return 0, 0, 0, 0, err
-	}
-	// Look for a node with room, starting where the last search stopped,
-	// so that each node is tried about once per second.
-	total := uint64(len(s.nodes))
-	for range total {
-		j := s.visit(s.spare.Add(1) - 1)
-		sec, seq, got, err2 := s.nodes[j].reserve(now, k, s.leaseStart, leaseEnd)
-		if err2 == nil {
-			sh.node.Store(j)
-			return sec, s.firstNode + int64(j), seq, got, nil
-		}
-		if err2 == ErrInvalidLease {
-			return 0, 0, 0, 0, err2
-		}
-	}
-	s.full.Store(now)
-	return 0, 0, 0, 0, err
-}
-
-// visit returns the index of the k-th node in visiting order. Nodes are
-// visited stride apart, so that shards working on consecutively visited
-// nodes do not share a cache line; stride is coprime with the number of
-// nodes, so every node is visited once per len(nodes) visits.
-func (s *Sharded) visit(k uint64) uint64 {
-	return k % uint64(len(s.nodes)) * s.stride % uint64(len(s.nodes))
-}
-
-// nodeStride returns a stride of at least a cache line's worth of node
-// words that is coprime with total (1 for small ranges).
-func nodeStride(total uint64) uint64 {
-	const words = cacheLine / 8
-	if total <= words {
-		return 1
-	}
-	for st := uint64(words + 1); ; st++ {
-		if gcd(st, total) == 1 {
-			return st
-		}
-	}
-}
-
-func gcd(a, b uint64) uint64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // GenerateString returns a new encrypted ID in its string form.
@@ -390,40 +290,18 @@ func (s *Sharded) GenerateBatch(dst []int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	done := 0
-	for done < len(dst) {
-		var sec, nodeID, seq int64
-		var got int
-		sec, nodeID, seq, got, err = s.reserve(sh, now, len(dst)-done)
-		if err != nil {
-			break
-		}
-		fillRaw(dst[done:done+got], rawID(sec, nodeID, seq))
-		done += got
-	}
-	encryptInt64s(s.cipher, dst[:done])
-	return done, err
+	u := asUint64s(dst)
+	n, _, err := s.reserveRun(&sh.node, now, u, false)
+	s.cipher.EncryptIDs(u[:n], u[:n])
+	return n, err
 }
 
 // UpdateLease extends the lease, with the rules of Generator.UpdateLease.
 func (s *Sharded) UpdateLease(leaseStart, leaseEnd int64) bool {
-	return updateLease(s.leaseStart, &s.leaseEnd, leaseStart, leaseEnd)
+	return s.updateLease(leaseStart, leaseEnd)
 }
 
 // Lease returns the node range and the current lease.
 func (s *Sharded) Lease() Lease {
-	return Lease{FirstNode: s.firstNode, LastNode: s.lastNode, Start: s.leaseStart, End: s.leaseEnd.Load()}
-}
-
-// retire stops s from reserving sequence numbers on any of its node IDs and
-// returns the newest second it reserved on any of them (0 if none). A
-// reservation racing with retire either happened before it (and its second
-// is counted) or fails; IDs already reserved into shard buffers carry
-// seconds no later than the one returned.
-func (s *Sharded) retire() int64 {
-	var last int64
-	for i := range s.nodes {
-		last = max(last, s.nodes[i].retire())
-	}
-	return last
+	return s.lease()
 }

@@ -49,7 +49,7 @@ func (l *Local) Generate() (int64, error) {
 // first ID.
 func (l *Local) refill(now int64) (int64, error) {
 	s := l.s
-	n, sec, err := s.reserveRaw(s.shards[s.pick()], now, l.ids[:])
+	n, sec, err := s.reserveRun(&s.shards[s.pick()].node, now, l.ids[:], true)
 	l.pos, l.n, l.sec = 0, n, sec
 	if n == 0 {
 		return 0, err

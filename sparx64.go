@@ -4,7 +4,6 @@ import (
 	"crypto/cipher"
 	"encoding/binary"
 	"strconv"
-	"unsafe"
 )
 
 // Sparx64BlockSize is the Sparx-64/128 block size in bytes.
@@ -135,13 +134,6 @@ func (s *Sparx64) EncryptIDs(dst, src []uint64) {
 func (s *Sparx64) DecryptIDs(dst, src []uint64) {
 	n := min(len(dst), len(src))
 	activeKernel.run(s, dst[:n], src[:n], true)
-}
-
-// encryptInt64s encrypts raw IDs held as int64s in place (the same bits
-// as EncryptIDs on uint64s).
-func encryptInt64s(c *Sparx64, ids []int64) {
-	u := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(ids))), len(ids))
-	c.EncryptIDs(u, u)
 }
 
 // unpackID maps an ID to the four big-endian 16-bit words of its
