@@ -103,3 +103,24 @@ func runCoarseClock() {
 func wallAtLeast(now int64) int64 {
 	return max(now, time.Now().Unix())
 }
+
+// wallNow reads the wall clock's second directly, for the calls that pay
+// a clock reading once per batch: GenerateBatch and the refills of the
+// per-CPU and per-goroutine buffers. The coarse clock can lag by more than
+// a tick when its goroutine has not run for a while (the process was
+// stopped with SIGSTOP, the machine was suspended, the CPUs were starved);
+// batches must not carry such a stale second. wallNow also moves the
+// coarse clock on when it lags, so that the per-ID calls catch up at the
+// first batch or refill.
+func wallNow() int64 {
+	now := time.Now().Unix()
+	for {
+		w := coarse.word.Load()
+		if w == 0 || w>>1 >= now {
+			return now
+		}
+		if coarse.word.CompareAndSwap(w, now<<1|w&1) {
+			return now
+		}
+	}
+}

@@ -17,8 +17,10 @@ type Generator struct {
 	cipher    *Sparx64
 
 	// TimeSource, if set, returns the current Unix time in seconds and is
-	// called once per Generate or GenerateBatch call. If nil, the package's
-	// coarse clock is used: the wall clock, refreshed at least every 10ms.
+	// called once per Generate or GenerateBatch call. If nil, Generate
+	// reads the package's coarse clock (the wall clock, refreshed at least
+	// every 10ms while the process runs) and GenerateBatch the wall clock
+	// itself.
 	TimeSource func() int64
 }
 
@@ -92,7 +94,11 @@ func (g *Generator) GenerateString() (string, error) {
 // why (the current second's sequence space ran out, or the lease).
 func (g *Generator) GenerateBatch(dst []int64) (int, error) {
 	u := asUint64s(dst)
-	n, _, err := g.reserveRun(&g.cursor, g.now(), u, false)
+	now := wallNow()
+	if g.TimeSource != nil {
+		now = g.TimeSource()
+	}
+	n, _, err := g.reserveRun(&g.cursor, now, u, false)
 	g.cipher.EncryptIDs(u[:n], u[:n])
 	return n, err
 }

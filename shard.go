@@ -18,8 +18,12 @@ type ShardedConfig struct {
 	// during which the node IDs are this process's.
 	LeaseStart, LeaseEnd int64
 	// TimeSource, if set, returns the current Unix time in seconds; it is
-	// called once per Generate, GenerateString or GenerateBatch call. If nil
-	// the package's coarse clock (wall clock, at most 10ms old) is used.
+	// called once per Generate, GenerateString or GenerateBatch call. If
+	// nil, Generate reads the package's coarse clock (the wall clock, at
+	// most 10ms old while the process runs), and GenerateBatch and the
+	// refills of the per-CPU buffers read the wall clock itself, so that a
+	// process resumed after a stop never fills a batch with the second it
+	// was stopped in.
 	TimeSource func() int64
 	// Shards is the number of shards; 0 means one per CPU
 	// (runtime.GOMAXPROCS). It only affects contention.
@@ -124,9 +128,11 @@ func newSharded(c *Sparx64, lease Lease, shards int, timeSource func() int64) *S
 	return s
 }
 
+// now is the clock of batches and buffer refills: the TimeSource, or else
+// the wall clock read directly (wallNow).
 func (s *Sharded) now() int64 {
 	if s.timeSource == nil {
-		return coarseNow()
+		return wallNow()
 	}
 	return s.timeSource()
 }

@@ -42,13 +42,17 @@ func (l *Local) Generate() (int64, error) {
 		l.pos++
 		return int64(id), nil
 	}
-	return l.refill(now)
+	return l.refill()
 }
 
-// refill reserves and encrypts a new buffer at second now and returns its
-// first ID.
-func (l *Local) refill(now int64) (int64, error) {
+// refill reserves and encrypts a new buffer, reading the clock afresh, and
+// returns its first ID.
+func (l *Local) refill() (int64, error) {
 	s := l.s
+	now, err := s.inLease(s.now())
+	if err != nil {
+		return 0, err
+	}
 	n, sec, err := s.reserveRun(&s.shards[s.pick()].node, now, l.ids[:], true)
 	l.pos, l.n, l.sec = 0, n, sec
 	if n == 0 {
