@@ -124,7 +124,8 @@ type Config struct {
 	Holder string
 
 	// Shards, OnError and Logger are passed to randflake.LeasedConfig by
-	// NewLeased: Logger receives the lease's events.
+	// NewLeased: Logger receives the lease's events, and the source's own
+	// waits for a previous holder's promise (nil: no logs).
 	Shards  int
 	OnError func(error)
 	Logger  *slog.Logger
@@ -141,6 +142,7 @@ type Source struct {
 	ttl     int64 // seconds
 	promise int64 // seconds
 	holder  string
+	log     *slog.Logger // nil: no logs
 
 	mu    sync.Mutex
 	claim *claim
@@ -160,7 +162,7 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("etcdlease: Config.Client is nil")
 	}
-	s := &Source{cli: cfg.Client, prefix: cfg.Prefix, nodes: cfg.Nodes, first: cfg.FirstNode, last: cfg.LastNode, holder: cfg.Holder}
+	s := &Source{cli: cfg.Client, prefix: cfg.Prefix, nodes: cfg.Nodes, first: cfg.FirstNode, last: cfg.LastNode, holder: cfg.Holder, log: cfg.Logger}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -298,6 +300,10 @@ func (s *Source) acquire(ctx context.Context, c *claim, t0 time.Time) (randflake
 			l := randflake.Lease{FirstNode: first, LastNode: last, Start: used + 1}
 			l.End = endFor(t0, c.ttl)
 			if l.End < l.Start {
+				if s.log != nil {
+					s.log.Info("etcdlease: waiting for the previous holder's promise to pass",
+						"nodes", fmt.Sprintf("%d-%d", first, last), "start", time.Unix(l.Start, 0).UTC().Format(time.RFC3339))
+				}
 				if l.End, err = s.waitFor(ctx, c, l.Start); err != nil {
 					return randflake.Lease{}, err
 				}

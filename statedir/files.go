@@ -31,7 +31,7 @@ func checkOwned(f *os.File, forbid os.FileMode) error {
 		return fmt.Errorf("statedir: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("statedir: %s is not a regular file (%s): remove it, or give a regular file", f.Name(), kind(fi.Mode()))
+		return fmt.Errorf("statedir: %s is not a regular file (%s): give the path of a regular file", f.Name(), kind(fi.Mode()))
 	}
 	return checkOwner(f.Name(), fi, forbid)
 }
