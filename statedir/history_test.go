@@ -198,7 +198,7 @@ func TestExternalSecretWaitsInNewDirectory(t *testing.T) {
 // state later starts refuse.
 func TestOutOfRangeSecondsRefused(t *testing.T) {
 	for _, until := range []string{"9223372036854775807", "9223372036854775806", "-1", "0", fmt.Sprint(randflake.MaxTimestamp + 1)} {
-		body := stateHeader + "\nunrecorded " + fmt.Sprint(randflake.Epoch) + "\n0 " + fmt.Sprint(t0) + " " + until + "\n"
+		body := stateHeader + "\nhistory own\nunrecorded " + fmt.Sprint(randflake.Epoch) + "\n0 " + fmt.Sprint(t0) + " " + until + "\n"
 		t.Run("forged "+until, func(t *testing.T) {
 			d := openTest(t)
 			os.WriteFile(d.statePath(), []byte(body+sumLine(body)), 0o600)
@@ -227,7 +227,7 @@ func TestOutOfRangeSecondsRefused(t *testing.T) {
 	}
 	// A block used up to the last second of the lifetime is never handed
 	// out again, and the directory says so.
-	body := stateHeader + "\nunrecorded " + fmt.Sprint(randflake.Epoch) + "\n0 " + fmt.Sprint(t0) + " " + fmt.Sprint(randflake.MaxTimestamp) + "\n"
+	body := stateHeader + "\nhistory own\nunrecorded " + fmt.Sprint(randflake.Epoch) + "\n0 " + fmt.Sprint(t0) + " " + fmt.Sprint(randflake.MaxTimestamp) + "\n"
 	d := openTest(t)
 	os.WriteFile(d.statePath(), []byte(body+sumLine(body)), 0o600)
 	clk := &fixedClock{}
@@ -290,4 +290,33 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A brand-new directory gets its state with its secret: processes that
+// open it at once, on its own secret, never wait. A process on a secret
+// from outside waits once; after that the state says so and the others on
+// that secret do not.
+func TestNewDirectoryHistory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	noWait := func(ctx context.Context, d time.Duration) error {
+		t.Errorf("waited %v", d)
+		return nil
+	}
+	for i := 0; i < 3; i++ {
+		s, _ := reopen(t, path, t0, Options{Nodes: 64, LastNode: 1023})
+		s.sleep = noWait
+		if l, err := s.Acquire(context.Background()); err != nil || l.Start > t0 {
+			t.Errorf("process %d on the directory's own secret: %v, %v; want a lease from now", i, l, err)
+		}
+	}
+	ext, clk := reopen(t, path, t0, Options{Nodes: 64, LastNode: 1023, ExternalSecret: true})
+	l, err := ext.Acquire(context.Background())
+	if err != nil || l.Start < t0+11 {
+		t.Errorf("first process on an outside secret: %v, %v; want a wait", l, err)
+	}
+	ext2, _ := reopen(t, path, clk.sec.Load(), Options{Nodes: 64, LastNode: 1023, ExternalSecret: true})
+	ext2.sleep = noWait
+	if l, err := ext2.Acquire(context.Background()); err != nil {
+		t.Errorf("second process on the outside secret: %v, %v; want no wait", l, err)
+	}
 }

@@ -211,26 +211,6 @@ func stats(t *testing.T, name string, c *randflake.Sparx64, seen map[int64]strin
 	return minTS, maxTS
 }
 
-// initDir creates a state directory with a complete history (its secret
-// and a state file written by the process that created it), so that the
-// processes started on it need not wait, and returns its cipher.
-func initDir(t *testing.T, dir string) *randflake.Sparx64 {
-	t.Helper()
-	d, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newSource(t, d, Options{Nodes: 64, LastNode: 63})
-	l, err := s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(context.Background(), l, 0); err != nil {
-		t.Fatal(err)
-	}
-	return cipherOf(t, dir)
-}
-
 func cipherOf(t *testing.T, dir string) *randflake.Sparx64 {
 	d, err := Open(dir)
 	if err != nil {
@@ -281,7 +261,7 @@ func TestProcessKilledTakeover(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	dir := filepath.Join(t.TempDir(), "state")
-	c := initDir(t, dir)
+	c := cipherOf(t, dir)
 	seen := map[int64]string{}
 
 	first := startHelper(t, dir, 63, "kill")
@@ -369,7 +349,7 @@ func TestKilledThenStateLost(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			dir := filepath.Join(t.TempDir(), "state")
-			c := initDir(t, dir)
+			c := cipherOf(t, dir)
 			first := startHelper(t, dir, 63, "kill")
 			l1 := first.waitLease(t)
 			// Let it issue for a while, then kill it half-way through a second.

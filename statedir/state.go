@@ -22,6 +22,8 @@ import (
 //
 //	randflake statedir 2
 //	# comments
+//	history own|external   whose IDs the history is complete for: the
+//	                       directory's own secret, or a secret from outside
 //	unrecorded UNTIL       no ID on a block without a line carries a later second
 //	BLOCK AT UNTIL         one line per block, each block at most once
 //	sum HEX                SHA-256 of every byte before this line
@@ -58,7 +60,11 @@ type state struct {
 	// have promised; randflake.Epoch in a directory whose history is
 	// complete.
 	unrecorded int64
-	recs       map[int]record
+	// external: the history is complete for a secret from outside the
+	// directory (someone waited out what came before); otherwise only for
+	// the directory's own secret.
+	external bool
+	recs     map[int]record
 }
 
 // until returns the newest second block b may have been used in.
@@ -119,12 +125,16 @@ func parseState(data []byte) (state, error) {
 	if !ok || sumLine != "sum "+hex.EncodeToString(sum[:]) {
 		return st, fmt.Errorf("%w: truncated or edited (checksum)", errUnverified)
 	}
-	seenUnrecorded := false
+	seenUnrecorded, seenHistory := false, false
 	for n, line := range strings.Split(body, "\n")[1:] {
 		if line == "" || line[0] == '#' {
 			continue
 		}
 		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == "history" && !seenHistory && (f[1] == "own" || f[1] == "external") {
+			st.external, seenHistory = f[1] == "external", true
+			continue
+		}
 		if len(f) == 2 && f[0] == "unrecorded" && !seenUnrecorded {
 			v, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil || !inLifetime(v) {
@@ -153,8 +163,8 @@ func parseState(data []byte) (state, error) {
 		}
 		st.recs[int(v[0])] = record{at: v[1], until: v[2]}
 	}
-	if !seenUnrecorded {
-		return st, fmt.Errorf("%w: no unrecorded line", ErrCorruptState)
+	if !seenUnrecorded || !seenHistory {
+		return st, fmt.Errorf("%w: no unrecorded or history line", ErrCorruptState)
 	}
 	return st, nil
 }
@@ -170,6 +180,13 @@ func cutLastLine(text string) (body, last string, ok bool) {
 		return "", "", false
 	}
 	return text[:i+1], text[i+1 : len(text)-1], true
+}
+
+func historyName(external bool) string {
+	if external {
+		return "external"
+	}
+	return "own"
 }
 
 func inLifetime(sec int64) bool {
@@ -195,8 +212,8 @@ func formatState(st state) ([]byte, error) {
 	fmt.Fprintf(&buf, "%s\n# unrecorded UNTIL: no ID on a block without a line carries a second after UNTIL.\n"+
 		"# BLOCK AT UNTIL: no ID on node IDs %d*BLOCK to %d*BLOCK+%d carries a second after UNTIL\n"+
 		"# (Unix seconds); AT is the newest clock reading written. The last line is a\n"+
-		"# checksum: a file edited by hand fails it, and its history counts as unknown.\nunrecorded %d\n",
-		stateHeader, BlockSize, BlockSize, BlockSize-1, st.unrecorded)
+		"# checksum: a file edited by hand fails it, and its history counts as unknown.\nhistory %s\nunrecorded %d\n",
+		stateHeader, BlockSize, BlockSize, BlockSize-1, historyName(st.external), st.unrecorded)
 	for _, b := range blocks {
 		fmt.Fprintf(&buf, "%d %d %d\n", b, st.recs[b].at, st.recs[b].until)
 	}

@@ -40,11 +40,12 @@
 // then rewrites the state to say so (a line "unrecorded UNTIL" covering
 // every block without a record), keeps the damaged file as state.corrupt,
 // logs the wait, and uses no block before UNTIL has passed: about 11
-// seconds with the default horizon. Only a brand-new directory, whose
-// secret this process has just created and uses, needs no wait; with a
-// secret from outside (Options.ExternalSecret) even an empty directory
-// waits, since IDs may have been issued under that secret before it
-// existed. A file that passes its checksum but holds impossible values
+// seconds with the default horizon. A brand-new directory gets its state
+// file with its secret, so processes on the directory's own secret never
+// wait there; with a secret from outside (Options.ExternalSecret) the
+// first processes on a directory wait even so, since IDs may have been
+// issued under that secret before the directory existed (the state then
+// records that the wait was made: "history external"). A file that passes its checksum but holds impossible values
 // (seconds outside the lifetime of Randflake IDs, a block twice) is
 // refused with ErrCorruptState: someone forged it.
 //
@@ -95,7 +96,6 @@ import (
 	"runtime"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/randflake/randflake"
@@ -163,9 +163,6 @@ type Options struct {
 type Dir struct {
 	path   string
 	secret []byte
-	// fresh: Open created the secret, so until a state file is first
-	// read, a missing one means no ID was ever issued under it.
-	fresh atomic.Bool
 }
 
 // DefaultPath returns the default state directory of the current user:
@@ -242,8 +239,10 @@ func Open(path string) (*Dir, error) {
 			if err := writeDurably(secretPath, []byte(hex.EncodeToString(d.secret)+"\n")); err != nil {
 				return err
 			}
-			d.fresh.Store(true)
-			return nil
+			// No ID was ever issued under the new secret: its history is
+			// complete, and empty. (A crash before this write leaves a
+			// secret without a state file: unknown history, waited out.)
+			return d.writeState(state{unrecorded: randflake.Epoch, recs: map[int]record{}})
 		})
 	}
 	if err != nil {
@@ -357,41 +356,43 @@ func (s *Source) clock() (int64, error) {
 }
 
 // loadState reads the state; the caller holds the directory lock. History
-// it cannot see is history it waits out: with no state file (unless the
-// directory's secret was just created here and is the one in use) or one
-// that fails its check, every block may have been used up to now plus the
-// longest promise, and the state is rewritten to say so at once, so that
-// a process restarted during the wait does not push it further out. A file
-// that passes its check but holds impossible values is refused.
+// it cannot see is history it waits out: with no state file, with one that
+// fails its check, or with one whose history is the directory's own
+// secret's while this source's secret comes from outside, every block may
+// have been used up to now plus the longest promise, and the state is
+// rewritten to say so at once, so that a process restarted during the wait
+// does not push it further out. A file that passes its check but holds
+// impossible values is refused.
 func (s *Source) loadState(now int64) (state, error) {
-	fresh := s.dir.fresh.Swap(false) && !s.external
 	data, err := s.dir.readStateFile()
 	if err != nil {
 		return state{}, err
 	}
 	var why string
 	switch {
-	case data == nil && fresh:
-		return state{unrecorded: randflake.Epoch, recs: map[int]record{}}, nil
 	case data == nil && s.external:
 		why = "no state file, and the secret comes from outside the directory"
 	case data == nil:
 		why = "no state file, but the directory's secret already existed"
 	default:
 		st, err := parseState(data)
-		if err == nil {
+		if err == nil && (st.external || !s.external) {
 			return st, nil
 		}
+		if err == nil {
+			why = "the history is that of the directory's own secret, and this secret comes from outside"
+			break
+		}
 		if !errors.Is(err, errUnverified) {
-			return state{}, fmt.Errorf("%w: %s: %v; move it away after checking it (the next start then waits out the horizon)",
-				ErrCorruptState, s.dir.statePath(), errors.Unwrap(err))
+			return state{}, fmt.Errorf("%w, in %s: move it away after checking it (the next start then waits out the horizon)",
+				err, s.dir.statePath())
 		}
 		why = err.Error()
 		if err := writeDurably(s.dir.statePath()+".corrupt", data); err != nil {
 			s.log.Warn("statedir: could not keep a copy of the state file", "err", err)
 		}
 	}
-	st := state{unrecorded: min(now+s.unknownWait, randflake.MaxTimestamp), recs: map[int]record{}}
+	st := state{unrecorded: min(now+s.unknownWait, randflake.MaxTimestamp), external: s.external, recs: map[int]record{}}
 	s.log.Warn("statedir: the history of the node IDs is unknown: none is used before the longest promise has passed",
 		"dir", s.dir.path, "reason", why, "until", formatTime(st.unrecorded), "wait", fmt.Sprintf("%ds", st.unrecorded-now+1))
 	if err := s.dir.writeState(st); err != nil {
