@@ -49,7 +49,9 @@ func checkUnique(t testing.TB, ids []int64) {
 	}
 }
 
-func TestReferenceVectorsGenerator(t *testing.T) {
+func TestReferenceVectorsGenerator(t *testing.T) { forEachKernel(t, testReferenceVectorsGenerator) }
+
+func testReferenceVectorsGenerator(t *testing.T) {
 	for i, v := range referenceVectors(t) {
 		secret := mustHex(t, v.Secret)
 		g, err := NewGenerator(v.NodeID, v.LeaseStart, v.LeaseEnd, secret)
@@ -134,7 +136,9 @@ func TestNewGeneratorRejectsBadInput(t *testing.T) {
 // The reference's flaw: a burst that exhausts a second after slower
 // earlier seconds re-issued sequence numbers. Here every second starts at
 // sequence 0 and ends with ErrResourceExhausted, without a duplicate.
-func TestBurstAfterSlowSeconds(t *testing.T) {
+func TestBurstAfterSlowSeconds(t *testing.T) { forEachKernel(t, testBurstAfterSlowSeconds) }
+
+func testBurstAfterSlowSeconds(t *testing.T) {
 	clk := newFakeClock(testStart + 10)
 	g := newTestGenerator(t, 7, clk)
 	var ids []int64
@@ -178,7 +182,9 @@ func TestBurstAfterSlowSeconds(t *testing.T) {
 	}
 }
 
-func TestClockStepsBack(t *testing.T) {
+func TestClockStepsBack(t *testing.T) { forEachKernel(t, testClockStepsBack) }
+
+func testClockStepsBack(t *testing.T) {
 	for _, step := range []int64{0, 1, 120} { // same second (ms), one second, minutes
 		clk := newFakeClock(testStart + 1000)
 		g := newTestGenerator(t, 1, clk)
@@ -220,7 +226,9 @@ func TestClockStepsBack(t *testing.T) {
 	}
 }
 
-func TestLeaseBounds(t *testing.T) {
+func TestLeaseBounds(t *testing.T) { forEachKernel(t, testLeaseBounds) }
+
+func testLeaseBounds(t *testing.T) {
 	clk := newFakeClock(testStart - 1)
 	g, err := NewGenerator(3, testStart, testStart+10, testSecret)
 	if err != nil {
@@ -266,7 +274,9 @@ func TestLeaseBounds(t *testing.T) {
 	}
 }
 
-func TestGenerateBatch(t *testing.T) {
+func TestGenerateBatch(t *testing.T) { forEachKernel(t, testGenerateBatch) }
+
+func testGenerateBatch(t *testing.T) {
 	clk := newFakeClock(testStart + 5)
 	g := newTestGenerator(t, 99, clk)
 	var all []int64
@@ -336,7 +346,9 @@ func TestInspectWholeLifetime(t *testing.T) {
 
 // Many goroutines on one Generator with the real clock: no duplicates, and
 // every ID's fields are sane.
-func TestGeneratorConcurrentUnique(t *testing.T) {
+func TestGeneratorConcurrentUnique(t *testing.T) { forEachKernel(t, testGeneratorConcurrentUnique) }
+
+func testGeneratorConcurrentUnique(t *testing.T) {
 	now := time.Now().Unix()
 	g, err := NewGenerator(11, now-5, now+3600, testSecret)
 	if err != nil {

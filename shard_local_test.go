@@ -9,7 +9,9 @@ import (
 
 // Locals on many goroutines and Generate/GenerateBatch beside them: no
 // duplicates; one node ID's second is used up exactly.
-func TestLocalUniqueAndExhaustion(t *testing.T) {
+func TestLocalUniqueAndExhaustion(t *testing.T) { forEachKernel(t, testLocalUniqueAndExhaustion) }
+
+func testLocalUniqueAndExhaustion(t *testing.T) {
 	clk := newFakeClock(testStart + 30)
 	s := newTestSharded(t, 5, 5, clk, 4)
 	var mu sync.Mutex
@@ -54,7 +56,9 @@ func TestLocalUniqueAndExhaustion(t *testing.T) {
 	}
 }
 
-func TestLocalFreshnessAndLease(t *testing.T) {
+func TestLocalFreshnessAndLease(t *testing.T) { forEachKernel(t, testLocalFreshnessAndLease) }
+
+func testLocalFreshnessAndLease(t *testing.T) {
 	clk := newFakeClock(testStart + 100)
 	s, err := NewSharded(ShardedConfig{Secret: testSecret, FirstNode: 0, LastNode: 3,
 		LeaseStart: testStart, LeaseEnd: testStart + 110, TimeSource: clk.Now})

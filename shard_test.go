@@ -32,6 +32,10 @@ func newTestSharded(t testing.TB, first, last int64, clk *fakeClock, shards int)
 // 131,072 IDs, all distinct, whichever shards the goroutines land on, and
 // then reports exhaustion.
 func TestShardedSingleNodeExhaustsExactly(t *testing.T) {
+	forEachKernel(t, testShardedSingleNodeExhaustsExactly)
+}
+
+func testShardedSingleNodeExhaustsExactly(t *testing.T) {
 	clk := newFakeClock(testStart + 50)
 	s := newTestSharded(t, 42, 42, clk, 8)
 	var mu sync.Mutex
@@ -90,7 +94,9 @@ func TestShardedSingleNodeExhaustsExactly(t *testing.T) {
 
 // When a node's second is used up the shard moves on to other nodes of the
 // range: 3 nodes give three times the IDs of one in a second.
-func TestShardedMovesToOtherNodes(t *testing.T) {
+func TestShardedMovesToOtherNodes(t *testing.T) { forEachKernel(t, testShardedMovesToOtherNodes) }
+
+func testShardedMovesToOtherNodes(t *testing.T) {
 	clk := newFakeClock(testStart + 7)
 	s := newTestSharded(t, 100, 102, clk, 1)
 	var ids []int64
@@ -123,7 +129,9 @@ func TestShardedMovesToOtherNodes(t *testing.T) {
 
 // Buffered IDs are never handed out more than one second behind the clock,
 // and never outside the lease.
-func TestShardedBufferFreshness(t *testing.T) {
+func TestShardedBufferFreshness(t *testing.T) { forEachKernel(t, testShardedBufferFreshness) }
+
+func testShardedBufferFreshness(t *testing.T) {
 	clk := newFakeClock(testStart + 100)
 	s, err := NewSharded(ShardedConfig{Secret: testSecret, FirstNode: 0, LastNode: 3,
 		LeaseStart: testStart, LeaseEnd: testStart + 110, TimeSource: clk.Now, Shards: 2})
@@ -160,7 +168,9 @@ func TestShardedBufferFreshness(t *testing.T) {
 	}
 }
 
-func TestShardedClockStepsBack(t *testing.T) {
+func TestShardedClockStepsBack(t *testing.T) { forEachKernel(t, testShardedClockStepsBack) }
+
+func testShardedClockStepsBack(t *testing.T) {
 	clk := newFakeClock(testStart + 500)
 	s := newTestSharded(t, 9, 9, clk, 2)
 	var ids []int64
@@ -195,7 +205,9 @@ func TestShardedClockStepsBack(t *testing.T) {
 
 // Millions of IDs from many goroutines on the real clock, through Generate
 // and GenerateBatch: no duplicates. Run under -race in CI.
-func TestShardedConcurrentUnique(t *testing.T) {
+func TestShardedConcurrentUnique(t *testing.T) { forEachKernel(t, testShardedConcurrentUnique) }
+
+func testShardedConcurrentUnique(t *testing.T) {
 	now := time.Now().Unix()
 	s, err := NewSharded(ShardedConfig{Secret: testSecret, FirstNode: 10, LastNode: 25,
 		LeaseStart: now - 5, LeaseEnd: now + 3600})

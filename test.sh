@@ -9,6 +9,10 @@ if [ -z "${RANDFLAKE_VECTORS:-}" ] && [ -f ../shared/vectors/randflake_reference
 	RANDFLAKE_VECTORS="$(cd .. && pwd)/shared/vectors/randflake_reference_vectors.json"
 	export RANDFLAKE_VECTORS
 fi
+if [ -z "${RANDFLAKE_VECTORS:-}" ]; then
+	echo "note: the reference implementation's vectors are not beside the checkout (../shared/vectors, or set RANDFLAKE_VECTORS):"
+	echo "      compatibility is checked against the project's own known answers in testdata/golden_vectors.json only"
+fi
 
 echo "== library: vet and tests under -race"
 go vet ./...

@@ -1,0 +1,6 @@
+//go:build !purego
+
+package randflake
+
+// puregoBuild: this build has the assembly kernels of its architecture.
+const puregoBuild = false

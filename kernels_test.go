@@ -1,0 +1,109 @@
+package randflake
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// kernelsRun records the kernels forEachKernel has run tests under.
+var kernelsRun sync.Map
+
+// forEachKernel runs f as a subtest under every kernel this CPU can run,
+// with the package's active kernel forced to it: the generator, batch,
+// Local and fuzz tests run on every implementation in one go test, not
+// only on the one the CPU selects. f must not call t.Parallel.
+func forEachKernel(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	for _, k := range kernels() {
+		t.Run(k.name, func(t *testing.T) {
+			saved := activeKernel
+			activeKernel = k
+			defer func() { activeKernel = saved }()
+			kernelsRun.Store(k.name, true)
+			f(t)
+		})
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if referenceMissing.Load() {
+		fmt.Fprintln(os.Stderr, "note: the reference implementation's vectors were not found beside the checkout (set RANDFLAKE_VECTORS); compatibility was checked against "+goldenPath+" only")
+	}
+	if code == 0 && flag.Lookup("test.run").Value.String() == "" {
+		if err := checkKernelsRun(); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// checkKernelsRun fails a full test run in which a kernel this CPU should
+// have, by /proc/cpuinfo, was not run by forEachKernel: a feature
+// detection bug must not hide behind a silent fallback.
+func checkKernelsRun() error {
+	want := expectedKernels()
+	var missing []string
+	for _, k := range want {
+		if _, ok := kernelsRun.Load(k); !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("kernels %v should run on this CPU (by /proc/cpuinfo) but no test ran under them; available: %v", missing, kernelNames())
+	}
+	return nil
+}
+
+// expectedKernels lists the kernels this build should find on this CPU,
+// read from /proc/cpuinfo independently of golang.org/x/sys/cpu, less
+// those GODEBUG turns off.
+func expectedKernels() []string {
+	want := []string{"generic"}
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil || puregoBuild {
+		return want
+	}
+	has := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		name = strings.TrimSpace(name)
+		if ok && (name == "flags" || name == "Features") {
+			for _, f := range strings.Fields(value) {
+				has[f] = true
+			}
+			break
+		}
+	}
+	off := func(features ...string) bool {
+		for _, f := range features {
+			if strings.Contains(os.Getenv("GODEBUG"), "cpu."+f+"=off") {
+				return true
+			}
+		}
+		return false
+	}
+	switch runtime.GOARCH {
+	case "amd64":
+		if has["avx"] && has["avx512f"] && has["avx512bw"] && has["avx512vbmi"] && has["avx512_vbmi2"] &&
+			!off("avx", "avx512f", "avx512bw", "avx512vbmi", "avx512vbmi2", "all") {
+			want = append(want, "avx512")
+		}
+		if has["avx"] && has["avx2"] && !off("avx", "avx2", "all") {
+			want = append(want, "avx2")
+		}
+	case "arm64":
+		if has["asimd"] && !off("asimd", "all") {
+			want = append(want, "neon")
+		}
+	}
+	slices.Sort(want)
+	return want
+}
