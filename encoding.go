@@ -82,3 +82,12 @@ func decodeBase32hex(s []byte) (uint64, bool) {
 	}
 	return v, true
 }
+
+// stringOf is the string form of a generated ID, passing an error on: the
+// GenerateString of every generator.
+func stringOf(id int64, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return EncodeString(id), nil
+}

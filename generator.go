@@ -80,13 +80,7 @@ func (g *Generator) Generate() (int64, error) {
 
 // GenerateString returns a new encrypted ID in its string form (see
 // EncodeString).
-func (g *Generator) GenerateString() (string, error) {
-	id, err := g.Generate()
-	if err != nil {
-		return "", err
-	}
-	return EncodeString(id), nil
-}
+func (g *Generator) GenerateString() (string, error) { return stringOf(g.Generate()) }
 
 // GenerateBatch fills dst with new IDs, reserving the sequence numbers with
 // one atomic operation and encrypting them with the SIMD kernel. It returns

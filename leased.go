@@ -347,13 +347,7 @@ func (l *Leased) Generate() (int64, error) {
 }
 
 // GenerateString returns a new encrypted ID in its string form.
-func (l *Leased) GenerateString() (string, error) {
-	id, err := l.Generate()
-	if err != nil {
-		return "", err
-	}
-	return EncodeString(id), nil
-}
+func (l *Leased) GenerateString() (string, error) { return stringOf(l.Generate()) }
 
 // GenerateBatch fills dst with new IDs (see Sharded.GenerateBatch). It
 // returns the number written; if that is less than len(dst), the error

@@ -137,6 +137,19 @@ func (s *Sharded) now() int64 {
 	return s.timeSource()
 }
 
+// idNow is the clock of the per-ID calls (Generate on Sharded and Local):
+// the TimeSource, or else the coarse clock; with ErrInvalidLease outside
+// the lease (see inLease).
+func (s *Sharded) idNow() (int64, error) {
+	now, ok := coarseFast()
+	if s.timeSource != nil {
+		now = s.timeSource()
+	} else if !ok {
+		now = coarseNow()
+	}
+	return s.inLease(now)
+}
+
 // inLease returns now, or the wall clock's second when now, a coarse
 // reading, is still before the lease's start and the wall clock is not (at
 // a second boundary the coarse clock lags by up to clockTick), and
@@ -155,13 +168,7 @@ func (s *Sharded) inLease(now int64) (int64, error) {
 // shard buffer, so the clock and the cipher are paid once per batch.
 func (s *Sharded) Generate() (int64, error) {
 	sh := s.shards[s.pick()]
-	now, ok := coarseFast()
-	if s.timeSource != nil {
-		now = s.timeSource()
-	} else if !ok {
-		now = coarseNow()
-	}
-	now, err := s.inLease(now)
+	now, err := s.idNow()
 	if err != nil {
 		return 0, err
 	}
@@ -278,13 +285,7 @@ func (s *Sharded) encryptLap(sh *shard, now int64, b *lapBuffer) (count uint64, 
 }
 
 // GenerateString returns a new encrypted ID in its string form.
-func (s *Sharded) GenerateString() (string, error) {
-	id, err := s.Generate()
-	if err != nil {
-		return "", err
-	}
-	return EncodeString(id), nil
-}
+func (s *Sharded) GenerateString() (string, error) { return stringOf(s.Generate()) }
 
 // GenerateBatch fills dst with new IDs: sequence numbers are reserved a run
 // at a time with one atomic operation per node ID used, and the run is

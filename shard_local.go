@@ -26,14 +26,7 @@ func (s *Sharded) NewLocal() *Local { return &Local{s: s} }
 
 // Generate returns a new encrypted ID.
 func (l *Local) Generate() (int64, error) {
-	s := l.s
-	now, ok := coarseFast()
-	if s.timeSource != nil {
-		now = s.timeSource()
-	} else if !ok {
-		now = coarseNow()
-	}
-	now, err := s.inLease(now)
+	now, err := l.s.idNow()
 	if err != nil {
 		return 0, err
 	}

@@ -79,26 +79,19 @@ func (s *Sparx64) BlockSize() int { return Sparx64BlockSize }
 // Encrypt encrypts the first block of src into dst. dst and src may overlap
 // entirely. Like the standard library's block ciphers it panics if either is
 // shorter than a block; the ID entry points never panic.
-func (s *Sparx64) Encrypt(dst, src []byte) {
-	if len(src) < Sparx64BlockSize || len(dst) < Sparx64BlockSize {
-		panic("randflake: Sparx64 input or output not a full block")
-	}
-	x0, x1, x2, x3 := encryptBlock(&s.rk,
-		binary.BigEndian.Uint16(src[0:]), binary.BigEndian.Uint16(src[2:]),
-		binary.BigEndian.Uint16(src[4:]), binary.BigEndian.Uint16(src[6:]))
-	binary.BigEndian.PutUint16(dst[0:], x0)
-	binary.BigEndian.PutUint16(dst[2:], x1)
-	binary.BigEndian.PutUint16(dst[4:], x2)
-	binary.BigEndian.PutUint16(dst[6:], x3)
-}
+func (s *Sparx64) Encrypt(dst, src []byte) { s.block(dst, src, encryptBlock) }
 
 // Decrypt decrypts the first block of src into dst. dst and src may overlap
 // entirely. It panics if either is shorter than a block.
-func (s *Sparx64) Decrypt(dst, src []byte) {
+func (s *Sparx64) Decrypt(dst, src []byte) { s.block(dst, src, decryptBlock) }
+
+// block runs one direction of the cipher on the first block of src, read
+// and written in the specification's big-endian byte order.
+func (s *Sparx64) block(dst, src []byte, f func(rk *[roundKeyWords]uint16, x0, x1, x2, x3 uint16) (uint16, uint16, uint16, uint16)) {
 	if len(src) < Sparx64BlockSize || len(dst) < Sparx64BlockSize {
 		panic("randflake: Sparx64 input or output not a full block")
 	}
-	x0, x1, x2, x3 := decryptBlock(&s.rk,
+	x0, x1, x2, x3 := f(&s.rk,
 		binary.BigEndian.Uint16(src[0:]), binary.BigEndian.Uint16(src[2:]),
 		binary.BigEndian.Uint16(src[4:]), binary.BigEndian.Uint16(src[6:]))
 	binary.BigEndian.PutUint16(dst[0:], x0)

@@ -119,24 +119,23 @@ func decryptBlock2(rk *[roundKeyWords]uint16, a, b uint64) (uint64, uint64) {
 // encryptIDsGeneric encrypts len(dst) IDs (len(src) >= len(dst)), two at a
 // time.
 func encryptIDsGeneric(s *Sparx64, dst, src []uint64) {
-	src = src[:len(dst)]
-	i := 0
-	for ; i+2 <= len(dst); i += 2 {
-		dst[i], dst[i+1] = encryptBlock2(&s.rk, src[i], src[i+1])
-	}
-	if i < len(dst) {
-		dst[i] = s.EncryptID(src[i])
-	}
+	idsGeneric(s, dst, src, encryptBlock2, (*Sparx64).EncryptID)
 }
 
 // decryptIDsGeneric is the inverse of encryptIDsGeneric.
 func decryptIDsGeneric(s *Sparx64, dst, src []uint64) {
+	idsGeneric(s, dst, src, decryptBlock2, (*Sparx64).DecryptID)
+}
+
+// idsGeneric runs one direction of the cipher over IDs, pair by pair, and
+// the last one alone.
+func idsGeneric(s *Sparx64, dst, src []uint64, pair func(*[roundKeyWords]uint16, uint64, uint64) (uint64, uint64), one func(*Sparx64, uint64) uint64) {
 	src = src[:len(dst)]
 	i := 0
 	for ; i+2 <= len(dst); i += 2 {
-		dst[i], dst[i+1] = decryptBlock2(&s.rk, src[i], src[i+1])
+		dst[i], dst[i+1] = pair(&s.rk, src[i], src[i+1])
 	}
 	if i < len(dst) {
-		dst[i] = s.DecryptID(src[i])
+		dst[i] = one(s, src[i])
 	}
 }
