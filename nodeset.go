@@ -47,9 +47,9 @@ func (r *nodeSet) reserveRun(cursor *atomic.Uint64, now int64, dst []uint64, one
 		} else if oneSecond && sc != sec {
 			break
 		}
-		first := rawID(sc, nodeID, seq)
-		for j := range dst[n : n+got] {
-			dst[n+j] = first + uint64(j)
+		first, run := rawID(sc, nodeID, seq), dst[n:n+got]
+		for j := range run {
+			run[j] = first + uint64(j)
 		}
 		n += got
 	}

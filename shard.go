@@ -147,7 +147,10 @@ func (s *Sharded) idNow() (int64, error) {
 	} else if !ok {
 		now = coarseNow()
 	}
-	return s.inLease(now)
+	if now < s.leaseStart || now > s.leaseEnd.Load() {
+		return s.inLease(now)
+	}
+	return now, nil
 }
 
 // inLease returns now, or the wall clock's second when now, a coarse
