@@ -16,4 +16,15 @@
 // sharded, lock-free generator (Sharded), batch generation on SIMD kernels
 // (GenerateBatch, Sparx64.EncryptIDs), an ID type for applications, and it
 // never issues the same ID twice, whatever the clock does.
+//
+// # Layers
+//
+// A call passes, top to bottom: Leased (leased.go), bound to a LeaseSource
+// (lease.go, packages statedir and etcdlease); the generators Generator,
+// Sharded and Local (generator.go, shard.go, shard_local.go) and their
+// clock (clock.go); the one reservation path over the lease's node IDs
+// (nodeset.go) and each node's state (node.go); the ID layout (layout.go);
+// the cipher (sparx64.go), its kernel dispatch (kernel*.go) and the
+// assembly kernels. The reference's names live in compat.go only. See
+// docs/design.md.
 package randflake
