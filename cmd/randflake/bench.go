@@ -16,6 +16,25 @@ import (
 	"github.com/randflake/randflake"
 )
 
+const benchUsage = `bench [--json]
+
+Prints this CPU's brand, features and microarchitecture level, the kernel
+randflake selects, and ns per ID for every kernel the CPU supports: one
+block, batches of 1,024, and the sharded generator (single ID, batch,
+parallel). Each kernel is measured in a child process started with
+RANDFLAKE_KERNEL set. Takes about 2 seconds per kernel.`
+
+// benchCmd is randflake bench: the kernels' speed on this machine.
+type benchCmd struct {
+	json  bool
+	quick bool
+}
+
+func (c *benchCmd) flags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.json, "json", false, "print the results as JSON")
+	fs.BoolVar(&c.quick, "quick", false, "measure for 50ms per figure instead of 1s (rough figures, for smoke tests)")
+}
+
 // benchResult is one kernel's figures, in ns per ID.
 type benchResult struct {
 	Kernel   string  `json:"kernel"`
@@ -26,71 +45,83 @@ type benchResult struct {
 	Parallel float64 `json:"parallel_ns"` // Sharded.Generate from GOMAXPROCS goroutines
 }
 
+// benchChildEnv, when set, makes bench measure its own kernel: bench runs
+// itself with it once per kernel.
 const benchChildEnv = "RANDFLAKE_BENCH_CHILD"
 
-func runBench(e *env, args []string) error {
-	fs := newFlags(e, "bench", "bench [--json]\n\nPrints this CPU's brand, features and microarchitecture level, the kernel\nrandflake selects, and ns per ID for every kernel the CPU supports: one\nblock, batches of 1,024, and the sharded generator (single ID, batch,\nparallel). Each kernel is measured in a child process started with\nRANDFLAKE_KERNEL set. Takes about 2 seconds per kernel.")
-	asJSON := fs.Bool("json", false, "print the results as JSON")
-	quick := fs.Bool("quick", false, "measure for 50ms per figure instead of 1s (rough figures, for smoke tests)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
+func (c *benchCmd) run(e *env, args []string) error {
+	if len(args) > 0 {
 		return usagef("no arguments are taken")
 	}
 	if e.getenv(benchChildEnv) != "" {
-		testing.Init()
-		if *quick {
-			if err := flag.Set("test.benchtime", "50ms"); err != nil {
-				return err
-			}
-		}
-		return json.NewEncoder(e.stdout).Encode(measureKernel())
+		return c.child(e)
 	}
-	self, err := os.Executable()
+	results, err := c.measure(e)
 	if err != nil {
 		return err
 	}
-	c := cpuid.CPU
-	var results []benchResult
-	kernels := randflake.Kernels()
-	for i, k := range kernels {
-		fmt.Fprintf(e.stderr, "measuring kernel %s (%d of %d)...\n", k, i+1, len(kernels))
-		cmd := exec.Command(self, "bench", "--quick="+strconv.FormatBool(*quick))
-		cmd.Env = append(os.Environ(), benchChildEnv+"=1", "RANDFLAKE_KERNEL="+k)
-		cmd.Stderr = e.stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return fmt.Errorf("measuring kernel %s: %w", k, err)
-		}
-		var r benchResult
-		if err := json.Unmarshal(out, &r); err != nil {
-			return fmt.Errorf("measuring kernel %s: %w", k, err)
-		}
-		if r.Kernel != k {
-			return fmt.Errorf("child ran kernel %q, want %q", r.Kernel, k)
-		}
-		results = append(results, r)
-	}
-	if *asJSON {
+	cpu := cpuid.CPU
+	if c.json {
 		return json.NewEncoder(e.stdout).Encode(map[string]any{
-			"cpu": c.BrandName, "arch": runtime.GOARCH, "level": c.X64Level(), "cores": runtime.NumCPU(),
+			"cpu": cpu.BrandName, "arch": runtime.GOARCH, "level": cpu.X64Level(), "cores": runtime.NumCPU(),
 			"selected": randflake.Kernel(), "go": runtime.Version(), "results": results,
 		})
 	}
 	w := e.stdout
-	fmt.Fprintf(w, "CPU        %s (%s, %d logical cores", c.BrandName, runtime.GOARCH, runtime.NumCPU())
+	fmt.Fprintf(w, "CPU        %s (%s, %d logical cores", cpu.BrandName, runtime.GOARCH, runtime.NumCPU())
 	if runtime.GOARCH == "amd64" {
-		fmt.Fprintf(w, ", x86-64-v%d", c.X64Level())
+		fmt.Fprintf(w, ", x86-64-v%d", cpu.X64Level())
 	}
-	fmt.Fprintf(w, ")\nfeatures   %s\n", strings.Join(kernelFeatures(c), " "))
-	fmt.Fprintf(w, "kernel     %s (available: %s)\n", randflake.Kernel(), strings.Join(kernels, ", "))
+	fmt.Fprintf(w, ")\nfeatures   %s\n", strings.Join(kernelFeatures(cpu), " "))
+	fmt.Fprintf(w, "kernel     %s (available: %s)\n", randflake.Kernel(), strings.Join(randflake.Kernels(), ", "))
 	fmt.Fprintf(w, "go         %s\n\n", runtime.Version())
 	fmt.Fprintf(w, "%-8s %12s %12s %12s %12s %12s\n", "ns/ID", "1 block", "batch 1024", "Generate", "GenBatch", "parallel")
 	for _, r := range results {
 		fmt.Fprintf(w, "%-8s %12.2f %12.2f %12.2f %12.2f %12.2f\n", r.Kernel, r.Single, r.Batch, r.Generate, r.GenBatch, r.Parallel)
 	}
 	return nil
+}
+
+// measure measures every kernel in a child process of its own, reporting
+// progress on standard error.
+func (c *benchCmd) measure(e *env) ([]benchResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var results []benchResult
+	kernels := randflake.Kernels()
+	for i, k := range kernels {
+		fmt.Fprintf(e.stderr, "measuring kernel %s (%d of %d)...\n", k, i+1, len(kernels))
+		cmd := exec.Command(self, "bench", "--quick="+strconv.FormatBool(c.quick))
+		cmd.Env = append(os.Environ(), benchChildEnv+"=1", "RANDFLAKE_KERNEL="+k)
+		cmd.Stderr = e.stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("measuring kernel %s: %w", k, err)
+		}
+		var r benchResult
+		if err := json.Unmarshal(out, &r); err != nil {
+			return nil, fmt.Errorf("measuring kernel %s: %w", k, err)
+		}
+		if r.Kernel != k {
+			return nil, fmt.Errorf("child ran kernel %q, want %q", r.Kernel, k)
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// child measures the kernel of this process, a child of bench, and
+// prints the results as JSON.
+func (c *benchCmd) child(e *env) error {
+	testing.Init()
+	if c.quick {
+		if err := flag.Set("test.benchtime", "50ms"); err != nil {
+			return err
+		}
+	}
+	return json.NewEncoder(e.stdout).Encode(measureKernel())
 }
 
 // kernelFeatures lists the CPU features the kernels care about.

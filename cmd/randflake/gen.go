@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,81 +17,82 @@ import (
 	"github.com/randflake/randflake/statedir"
 )
 
-func runGen(e *env, args []string) error {
-	// Signals count from the start: an interrupt while the node IDs are
-	// being acquired, or while IDs are printed, releases them.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	fs := newFlags(e, "gen", "gen [-n N] [--format string|int|json] [--wait D] [node and secret flags]\n\nPrints N new IDs, one per line (json: one JSON array). Without node flags\nthe node IDs are claimed from the state directory, as by serve. Waits for\nnode IDs (etcd, or a state directory whose history is unknown) are reported\non standard error. SIGINT or SIGTERM releases the node IDs and exits 1.")
-	n := fs.Int64("n", 1, "number of IDs")
-	format := fs.String("format", "string", "output: string (base32hex), int (decimal) or json (array of strings)")
-	waitFor := fs.Duration("wait", time.Minute, "how long to wait for node IDs")
-	var sf secretFlags
-	sf.register(fs)
-	var lf leaseFlags
-	lf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+const genUsage = `gen [-n N] [--format string|int|json] [--wait D] [node and secret flags]
+
+Prints N new IDs, one per line (json: one JSON array). Without node flags
+the node IDs are claimed from the state directory, as by serve. Waits for
+node IDs (etcd, or a state directory whose history is unknown) are reported
+on standard error. SIGINT or SIGTERM releases the node IDs and exits 1.`
+
+// genCmd is randflake gen: new IDs on standard output.
+type genCmd struct {
+	n      int64
+	format string
+	wait   time.Duration
+	gen    generatorFlags
+}
+
+func (c *genCmd) flags(fs *flag.FlagSet) {
+	fs.Int64Var(&c.n, "n", 1, "number of IDs")
+	fs.StringVar(&c.format, "format", "string", "output: string (base32hex), int (decimal) or json (array of strings)")
+	fs.DurationVar(&c.wait, "wait", time.Minute, "how long to wait for node IDs")
+	c.gen.register(fs)
+}
+
+func (c *genCmd) run(e *env, args []string) error {
+	if err := noArgs(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if *n < 0 {
+	if c.n < 0 {
 		return usagef("-n must not be negative")
 	}
-	if *format != "string" && *format != "int" && *format != "json" {
+	if c.format != "string" && c.format != "int" && c.format != "json" {
 		return usagef("--format must be string, int or json")
 	}
-	if *waitFor <= 0 {
+	if c.wait <= 0 {
 		return usagef("--wait must be positive")
 	}
 	log, err := newLogger(e.stderr, "text", slog.LevelWarn)
 	if err != nil {
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, *waitFor)
+	// An interrupt while the node IDs are being acquired, or while IDs
+	// are printed, releases them.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	actx, cancel := context.WithTimeout(ctx, c.wait)
 	defer cancel()
-	g, err := openGenerator(actx, e, log, &sf, &lf, statedir.BlockSize)
+	g, err := c.gen.open(actx, e, log, statedir.BlockSize)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return errors.New("interrupted while waiting for node IDs")
 	case err != nil && actx.Err() != nil:
-		return fmt.Errorf("no node IDs within --wait %v: %w", *waitFor, err)
+		return fmt.Errorf("no node IDs within --wait %v: %w", c.wait, err)
 	case err != nil:
 		return err
 	}
 	defer g.Close()
+	return c.print(ctx, e, g)
+}
 
+// print writes c.n IDs from g to standard output, waiting for the next
+// second when a second's sequence numbers run out, until ctx is done.
+func (c *genCmd) print(ctx context.Context, e *env, g *leased) error {
 	w := bufio.NewWriterSize(e.stdout, 64<<10)
-	if *format == "json" {
+	if c.format == "json" {
 		w.WriteByte('[')
 	}
-	buf := make([]int64, min(*n, 8192))
+	buf := make([]int64, min(c.n, 8192))
 	line := make([]byte, 0, 32)
-	for done := int64(0); done < *n; {
+	for done := int64(0); done < c.n; {
 		if ctx.Err() != nil {
 			w.Flush()
 			return fmt.Errorf("interrupted after %d IDs", done)
 		}
-		batch := buf[:min(int64(len(buf)), *n-done)]
+		batch := buf[:min(int64(len(buf)), c.n-done)]
 		got, err := g.GenerateBatch(batch)
 		for i, id := range batch[:got] {
-			line = line[:0]
-			switch *format {
-			case "string":
-				line = randflake.AppendString(line, id)
-				line = append(line, '\n')
-			case "int":
-				line = strconv.AppendInt(line, id, 10)
-				line = append(line, '\n')
-			case "json":
-				if done+int64(i) > 0 {
-					line = append(line, ',')
-				}
-				line = append(line, '"')
-				line = randflake.AppendString(line, id)
-				line = append(line, '"')
-			}
+			line = c.appendID(line[:0], id, done+int64(i) == 0)
 			if _, werr := w.Write(line); werr != nil {
 				return werr
 			}
@@ -105,8 +107,23 @@ func runGen(e *env, args []string) error {
 			return fmt.Errorf("after %d IDs: %w", done, err)
 		}
 	}
-	if *format == "json" {
+	if c.format == "json" {
 		w.WriteString("]\n")
 	}
 	return w.Flush()
+}
+
+// appendID appends id in c.format: a line, or an element of the JSON
+// array (first says whether it is the first).
+func (c *genCmd) appendID(b []byte, id int64, first bool) []byte {
+	switch c.format {
+	case "int":
+		return append(strconv.AppendInt(b, id, 10), '\n')
+	case "json":
+		if !first {
+			b = append(b, ',')
+		}
+		return append(randflake.AppendString(append(b, '"'), id), '"')
+	}
+	return append(randflake.AppendString(b, id), '\n')
 }

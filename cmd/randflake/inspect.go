@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"strconv"
 	"time"
@@ -9,36 +10,38 @@ import (
 	"github.com/randflake/randflake"
 )
 
-func runInspect(e *env, args []string) error {
-	fs := newFlags(e, "inspect", "inspect [--secret-file FILE] [--json] [ID...]\n\nPrints the time (UTC), node ID and sequence number of each ID, given in\nits string form or as a decimal integer (prefix + forces decimal). Without\narguments the IDs are read from standard input, separated by white space\n(randflake gen | randflake inspect). IDs that cannot be read are reported\none by one and make the exit status 1. A wrong secret cannot be detected:\nthe fields then come out as noise.")
-	var sf secretFlags
-	sf.register(fs)
-	asJSON := fs.Bool("json", false, "print one JSON object per line")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	ids := fs.Args()
+const inspectUsage = `inspect [--secret-file FILE] [--json] [ID...]
+
+Prints the time (UTC), node ID and sequence number of each ID, given in
+its string form or as a decimal integer (prefix + forces decimal). Without
+arguments the IDs are read from standard input, separated by white space
+(randflake gen | randflake inspect). IDs that cannot be read are reported
+one by one and make the exit status 1. A wrong secret cannot be detected:
+the fields then come out as noise.`
+
+// inspectCmd is randflake inspect: the fields of IDs.
+type inspectCmd struct {
+	secret secretFlags
+	json   bool
+}
+
+func (c *inspectCmd) flags(fs *flag.FlagSet) {
+	c.secret.register(fs)
+	fs.BoolVar(&c.json, "json", false, "print one JSON object per line")
+}
+
+func (c *inspectCmd) run(e *env, ids []string) error {
 	if len(ids) == 0 {
-		if e.isTerminal(e.stdin) {
-			return usagef("no IDs given")
-		}
-		sc := bufio.NewScanner(e.stdin)
-		sc.Split(bufio.ScanWords)
-		for sc.Scan() {
-			ids = append(ids, sc.Text())
-		}
-		if err := sc.Err(); err != nil {
+		var err error
+		if ids, err = readIDs(e); err != nil {
 			return err
 		}
-		if len(ids) == 0 {
-			return usagef("no IDs given on the command line or standard input")
-		}
 	}
-	secret, err := sf.load(e)
+	secret, err := c.secret.load(e)
 	if err != nil {
 		return err
 	}
-	c, err := randflake.NewSparx64(secret)
+	in, err := randflake.NewInspector(secret)
 	clear(secret)
 	if err != nil {
 		return err
@@ -51,20 +54,40 @@ func runInspect(e *env, args []string) error {
 			failed = true
 			continue
 		}
-		raw := c.DecryptID(uint64(id))
-		ts, node, seq := splitRaw(raw)
-		if *asJSON {
+		ts, node, seq, _ := in.Inspect(id)
+		when := time.Unix(ts, 0).UTC().Format(time.RFC3339)
+		if c.json {
 			fmt.Fprintf(e.stdout, `{"id":%q,"int":"%d","time":%q,"timestamp":%d,"node":%d,"sequence":%d}`+"\n",
-				randflake.EncodeString(id), id, time.Unix(ts, 0).UTC().Format(time.RFC3339), ts, node, seq)
+				randflake.EncodeString(id), id, when, ts, node, seq)
 			continue
 		}
-		fmt.Fprintf(e.stdout, "%s\t%d\t%s\tnode=%d\tseq=%d\n", randflake.EncodeString(id), id,
-			time.Unix(ts, 0).UTC().Format(time.RFC3339), node, seq)
+		fmt.Fprintf(e.stdout, "%s\t%d\t%s\tnode=%d\tseq=%d\n", randflake.EncodeString(id), id, when, node, seq)
 	}
 	if failed {
 		return errReported
 	}
 	return nil
+}
+
+// readIDs reads the IDs, separated by white space, from standard input,
+// unless it is a terminal.
+func readIDs(e *env) ([]string, error) {
+	if e.isTerminal(e.stdin) {
+		return nil, usagef("no IDs given")
+	}
+	var ids []string
+	sc := bufio.NewScanner(e.stdin)
+	sc.Split(bufio.ScanWords)
+	for sc.Scan() {
+		ids = append(ids, sc.Text())
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, usagef("no IDs given on the command line or standard input")
+	}
+	return ids, nil
 }
 
 // parseAnyID accepts the string form, or a decimal integer when the text
@@ -82,12 +105,4 @@ func parseAnyID(s string) (int64, error) {
 		return id, nil
 	}
 	return 0, randflake.ErrInvalidID
-}
-
-// splitRaw takes a decrypted ID apart.
-func splitRaw(raw uint64) (ts, node, seq int64) {
-	ts = int64(raw>>(randflake.RANDFLAKE_NODE_BITS+randflake.RANDFLAKE_SEQUENCE_BITS)) + randflake.RANDFLAKE_EPOCH_OFFSET
-	node = int64(raw>>randflake.RANDFLAKE_SEQUENCE_BITS) & randflake.RANDFLAKE_MAX_NODE
-	seq = int64(raw) & randflake.RANDFLAKE_MAX_SEQUENCE
-	return
 }

@@ -18,6 +18,44 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// generatorFlags are the flags of the subcommands that issue IDs: the
+// secret and the source of the node IDs.
+type generatorFlags struct {
+	secret secretFlags
+	lease  leaseFlags
+}
+
+func (g *generatorFlags) register(fs *flag.FlagSet) {
+	g.secret.register(fs)
+	g.lease.register(fs)
+}
+
+// open acquires node IDs for a generator under the secret the flags name
+// (the state directory's when none is named), within ctx, logging the
+// lease's events to log. Without a node-ID count from the flags it claims
+// defaultClaim.
+func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger, defaultClaim int64) (*leased, error) {
+	if err := g.lease.check(); err != nil {
+		return nil, err
+	}
+	secret, err := g.secret.explicit(e)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(secret)
+	var now func() int64
+	if e.now != nil {
+		now = func() int64 { return e.now().Unix() }
+	}
+	switch {
+	case g.lease.nodes != "":
+		return g.lease.openStatic(ctx, log, secret, now)
+	case g.lease.etcd != "":
+		return g.lease.openEtcd(ctx, log, secret)
+	}
+	return g.lease.openStateDir(ctx, log, secret, defaultClaim)
+}
+
 // leaseFlags choose where the node IDs come from: the state directory
 // (default), a static range, or etcd.
 type leaseFlags struct {
@@ -26,6 +64,8 @@ type leaseFlags struct {
 	prefix string
 	claim  int64
 	ttl    time.Duration
+
+	first, last int64 // the range --nodes names, set by check
 }
 
 func (l *leaseFlags) register(fs *flag.FlagSet) {
@@ -34,6 +74,114 @@ func (l *leaseFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.prefix, "etcd-prefix", "", "etcd key prefix of the claims (default "+etcdlease.DefaultPrefix+")")
 	fs.Int64Var(&l.claim, "claim", 0, "node IDs to claim from the state directory or etcd (default: 1024 from the state directory, 16 from etcd)")
 	fs.DurationVar(&l.ttl, "etcd-ttl", 0, "etcd lease TTL: a crashed process's node IDs are free again after it (default 10s)")
+}
+
+// check returns a usage error for flags that do not go together or are
+// out of range, and parses --nodes.
+func (l *leaseFlags) check() error {
+	if l.nodes != "" && l.etcd != "" {
+		return usagef("--nodes and --etcd exclude each other")
+	}
+	if l.claim < 0 || l.ttl < 0 {
+		return usagef("--claim and --etcd-ttl must not be negative")
+	}
+	if l.nodes != "" {
+		var err error
+		if l.first, l.last, err = parseNodeRange(l.nodes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseNodeRange parses FIRST-LAST (or a single node ID).
+func parseNodeRange(s string) (first, last int64, err error) {
+	a, b, found := strings.Cut(s, "-")
+	if !found {
+		b = a
+	}
+	first, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
+	last, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 64)
+	if err1 != nil || err2 != nil || randflake.CheckNodeRange(first, last) != nil {
+		return 0, 0, usagef("--nodes %q: want FIRST-LAST with 0 <= FIRST <= LAST <= %d", s, randflake.MaxNode)
+	}
+	return first, last, nil
+}
+
+// openStatic makes a generator on the range of --nodes, under secret or,
+// if that is nil, the state directory's. now, if not nil, is its clock.
+func (l *leaseFlags) openStatic(ctx context.Context, log *slog.Logger, secret []byte, now func() int64) (*leased, error) {
+	if secret == nil {
+		var err error
+		if secret, err = stateSecret(); err != nil {
+			return nil, err
+		}
+		defer clear(secret)
+	}
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
+		Secret:     secret,
+		Source:     randflake.StaticSource{FirstNode: l.first, LastNode: l.last},
+		TimeSource: now,
+		Logger:     log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &leased{Leased: g, describe: "static"}, nil
+}
+
+// openEtcd claims node IDs from etcd, within ctx, saying on log while it
+// waits. Every machine must share the secret, so it may not be nil.
+func (l *leaseFlags) openEtcd(ctx context.Context, log *slog.Logger, secret []byte) (*leased, error) {
+	if secret == nil {
+		return nil, errors.New("--etcd needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
+	}
+	defer waitNotice(log, "still waiting for node IDs from etcd", "endpoints", l.etcd)()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   strings.Split(l.etcd, ","),
+		DialTimeout: 5 * time.Second,
+		Logger:      zapToSlog(log.With("component", "etcd client")),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	g, err := etcdlease.NewLeased(ctx, secret, etcdlease.Config{
+		Client: cli, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl, Logger: log,
+	})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
+	}
+	return &leased{Leased: g, describe: "etcd", cleanup: func() { cli.Close() }}, nil
+}
+
+// openStateDir claims node IDs (--claim, or else defaultClaim) from the
+// state directory, within ctx, saying on log while it waits. secret may be
+// nil: the directory's own secret is used then.
+func (l *leaseFlags) openStateDir(ctx context.Context, log *slog.Logger, secret []byte, defaultClaim int64) (*leased, error) {
+	d, err := statedir.Open("")
+	if err != nil {
+		return nil, err
+	}
+	external := secret != nil
+	if secret == nil {
+		secret = d.Secret()
+		defer clear(secret)
+	}
+	claim := l.claim
+	if claim == 0 {
+		claim = defaultClaim
+	}
+	src, err := d.Source(statedir.Options{Nodes: claim, ExternalSecret: external, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	defer waitNotice(log, "still waiting for node IDs from the state directory", "dir", d.Path())()
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: src, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &leased{Leased: g, describe: "state directory " + d.Path()}, nil
 }
 
 // leased is a generator bound to its node-ID source.
@@ -78,98 +226,6 @@ func (g *leased) wait(ctx context.Context) error {
 	}
 }
 
-// openGenerator acquires node IDs for a generator under the secret the
-// flags name (the state directory's when none is named), within ctx,
-// logging the lease's events to log.
-func openGenerator(ctx context.Context, e *env, log *slog.Logger, sf *secretFlags, lf *leaseFlags, defaultClaim int64) (*leased, error) {
-	secret, err := sf.explicit(e)
-	if err != nil {
-		return nil, err
-	}
-	defer clear(secret)
-	return lf.open(ctx, log, secret, defaultClaim)
-}
-
-// open acquires node IDs within ctx. secret may be nil: the state
-// directory's secret is used then, except with etcd, where every machine
-// must share one. While it waits, it says so on log after a second and
-// then every few seconds.
-func (l *leaseFlags) open(ctx context.Context, log *slog.Logger, secret []byte, defaultClaim int64) (*leased, error) {
-	if l.nodes != "" && l.etcd != "" {
-		return nil, usagef("--nodes and --etcd exclude each other")
-	}
-	if l.claim < 0 || l.ttl < 0 {
-		return nil, usagef("--claim and --etcd-ttl must not be negative")
-	}
-	switch {
-	case l.nodes != "":
-		first, last, err := parseNodeRange(l.nodes)
-		if err != nil {
-			return nil, err
-		}
-		if secret == nil {
-			if secret, err = stateSecret(); err != nil {
-				return nil, err
-			}
-			defer clear(secret)
-		}
-		g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
-			Secret: secret,
-			Source: randflake.StaticSource{FirstNode: first, LastNode: last},
-			Logger: log,
-		})
-		if err != nil {
-			return nil, err
-		}
-		return &leased{Leased: g, describe: "static"}, nil
-	case l.etcd != "":
-		if secret == nil {
-			return nil, errors.New("--etcd needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
-		}
-		endpoints := strings.Split(l.etcd, ",")
-		defer waitNotice(log, "still waiting for node IDs from etcd", "endpoints", l.etcd)()
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints:   endpoints,
-			DialTimeout: 5 * time.Second,
-			Logger:      zapToSlog(log.With("component", "etcd client")),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("etcd: %w", err)
-		}
-		g, err := etcdlease.NewLeased(ctx, secret, etcdlease.Config{
-			Client: cli, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl, Logger: log,
-		})
-		if err != nil {
-			cli.Close()
-			return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
-		}
-		return &leased{Leased: g, describe: "etcd", cleanup: func() { cli.Close() }}, nil
-	}
-	d, err := statedir.Open("")
-	if err != nil {
-		return nil, err
-	}
-	external := secret != nil
-	if secret == nil {
-		secret = d.Secret()
-		defer clear(secret)
-	}
-	claim := l.claim
-	if claim == 0 {
-		claim = defaultClaim
-	}
-	src, err := d.Source(statedir.Options{Nodes: claim, ExternalSecret: external, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	defer waitNotice(log, "still waiting for node IDs from the state directory", "dir", d.Path())()
-	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: src, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	return &leased{Leased: g, describe: "state directory " + d.Path()}, nil
-}
-
 // Timing of waitNotice.
 var (
 	waitNoticeFirst = time.Second
@@ -200,28 +256,4 @@ func waitNotice(log *slog.Logger, msg string, args ...any) (stop func()) {
 		close(done)
 		<-finished
 	}
-}
-
-// stateSecret returns the state directory's secret, creating the directory
-// and the secret on first use.
-func stateSecret() ([]byte, error) {
-	d, err := statedir.Open("")
-	if err != nil {
-		return nil, err
-	}
-	return d.Secret(), nil
-}
-
-// parseNodeRange parses FIRST-LAST (or a single node ID).
-func parseNodeRange(s string) (first, last int64, err error) {
-	a, b, found := strings.Cut(s, "-")
-	if !found {
-		b = a
-	}
-	first, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
-	last, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 64)
-	if err1 != nil || err2 != nil || first < 0 || last > randflake.MaxNode || first > last {
-		return 0, 0, usagef("--nodes %q: want FIRST-LAST with 0 <= FIRST <= LAST <= %d", s, randflake.MaxNode)
-	}
-	return first, last, nil
 }

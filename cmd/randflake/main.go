@@ -20,13 +20,39 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 )
 
-// command is one subcommand.
+// commands is the table of subcommands, in the order of the usage text.
+// Each is a type in a file of its own (gen.go, inspect.go, ...) holding its
+// usage text, its flags and its run method; flags.go has the flag helpers
+// they share, lease.go the node IDs of gen and serve, secret.go the secret.
+func commands() []command {
+	return []command{
+		{"gen", "print new IDs", genUsage, func() subcommand { return new(genCmd) }},
+		{"inspect", "decode IDs: time, node, sequence", inspectUsage, func() subcommand { return new(inspectCmd) }},
+		{"keygen", "write a new secret file", keygenUsage, func() subcommand { return new(keygenCmd) }},
+		{"uniqueid", "Apache mod_unique_id tokens: gen, parse", uniqueIDUsage, func() subcommand { return new(uniqueIDCmd) }},
+		{"bench", "measure the cipher kernels and generators on this CPU", benchUsage, func() subcommand { return new(benchCmd) }},
+		{"serve", "serve IDs over HTTP", serveUsage, func() subcommand { return new(serveCmd) }},
+		{"load", "load-test a running `randflake serve`", loadUsage, func() subcommand { return new(loadCmd) }},
+	}
+}
+
+// command is one entry of a command table.
 type command struct {
 	name    string
-	summary string
-	run     func(env *env, args []string) error
+	summary string // one line for the list of commands
+	usage   string // synopsis and description, printed by --help
+	new     func() subcommand
+}
+
+// subcommand is what a command does. Its flags are fields of its type:
+// exec registers them, parses the arguments into them and calls run with
+// the arguments left.
+type subcommand interface {
+	flags(fs *flag.FlagSet)
+	run(e *env, args []string) error
 }
 
 // env is what a subcommand sees of the process, so that tests can run
@@ -36,25 +62,10 @@ type env struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	isTerminal     func(f any) bool
-}
-
-// usageError is a command-line mistake: exit status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
-
-func commands() []command {
-	return []command{
-		{"gen", "print new IDs", runGen},
-		{"inspect", "decode IDs: time, node, sequence", runInspect},
-		{"keygen", "write a new secret file", runKeygen},
-		{"uniqueid", "Apache mod_unique_id tokens: gen, parse", runUniqueID},
-		{"bench", "measure the cipher kernels and generators on this CPU", runBench},
-		{"serve", "serve IDs over HTTP", runServe},
-		{"load", "load-test a running `randflake serve`", runLoad},
-	}
+	// now, if set, is the clock of generators on a static node range
+	// (--nodes); it must be ahead of the wall clock, as their lease starts
+	// at the wall clock's next second. Nil means the wall clock.
+	now func() time.Time
 }
 
 func main() {
@@ -62,6 +73,7 @@ func main() {
 	os.Exit(run(e, os.Args[1:]))
 }
 
+// run runs the subcommand args name and returns the exit status.
 func run(e *env, args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		topUsage(e.stderr)
@@ -70,32 +82,48 @@ func run(e *env, args []string) int {
 		}
 		return 0
 	}
-	for _, c := range commands() {
-		if c.name == args[0] {
-			err := c.run(e, args[1:])
-			switch {
-			case err == nil:
-				return 0
-			case errors.Is(err, flag.ErrHelp):
-				return 0
-			case errors.As(err, new(usageError)):
-				fmt.Fprintf(e.stderr, "randflake %s: %v\n(see randflake %s --help)\n", c.name, err, c.name)
-				return 2
-			case errors.Is(err, errReported):
-				return 1
-			default:
-				fmt.Fprintf(e.stderr, "randflake %s: %v\n", c.name, err)
-				return 1
-			}
-		}
+	c, ok := lookup(commands(), args[0])
+	if !ok {
+		fmt.Fprintf(e.stderr, "randflake: unknown command %q\n", args[0])
+		topUsage(e.stderr)
+		return 2
 	}
-	fmt.Fprintf(e.stderr, "randflake: unknown command %q\n", args[0])
-	topUsage(e.stderr)
-	return 2
+	err := c.exec(e, c.name, args[1:])
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(e.stderr, "randflake %s: %v\n(see randflake %s --help)\n", c.name, err, c.name)
+		return 2
+	case errors.Is(err, errReported):
+		return 1
+	default:
+		fmt.Fprintf(e.stderr, "randflake %s: %v\n", c.name, err)
+		return 1
+	}
 }
 
-// errReported means the failure was already reported on stderr.
-var errReported = errors.New("reported")
+// lookup returns the command called name.
+func lookup(table []command, name string) (command, bool) {
+	for _, c := range table {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// exec parses args into a new subcommand's flags and runs it; path is its
+// name after "randflake" ("gen", "uniqueid parse").
+func (c command) exec(e *env, path string, args []string) error {
+	sc := c.new()
+	fs := newFlags(e, path, c.usage)
+	sc.flags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return sc.run(e, fs.Args())
+}
 
 func topUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: randflake <command> [flags] [args]")
@@ -107,26 +135,24 @@ func topUsage(w io.Writer) {
 	fmt.Fprintln(w, "or the state directory ($RANDFLAKE_STATE_DIR); see randflake <command> --help.")
 }
 
-// newFlags returns a flag set that reports errors as usage errors and
-// prints its help on stderr.
-func newFlags(e *env, name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("randflake "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: randflake %s\n\n", usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
+// usageError is a command-line mistake: exit status 2.
+type usageError struct{ msg string }
 
-// parseFlags parses args; a bad flag is a usage error (already printed by
-// the flag package).
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+// Error returns the message, which main prints with a pointer to --help.
+func (e usageError) Error() string { return e.msg }
+
+// usagef returns a usageError with a formatted message.
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// errReported means the failure was already reported on stderr.
+var errReported = errors.New("reported")
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
 	}
-	return nil
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
 
 	"github.com/randflake/randflake/statedir"
 )
@@ -47,12 +46,12 @@ func (s *secretFlags) load(e *env) ([]byte, error) {
 	return stateSecret()
 }
 
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f any) bool {
-	file, ok := f.(*os.File)
-	if !ok {
-		return false
+// stateSecret returns the state directory's secret, creating the directory
+// and the secret on first use.
+func stateSecret() ([]byte, error) {
+	d, err := statedir.Open("")
+	if err != nil {
+		return nil, err
 	}
-	st, err := file.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return d.Secret(), nil
 }

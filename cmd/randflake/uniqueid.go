@@ -2,83 +2,104 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"net/netip"
 
 	"github.com/randflake/randflake/uniqueid"
 )
 
-func runUniqueID(e *env, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(e.stderr, "usage: randflake uniqueid gen [-n N] [--layout current|classic] [--addr IPV4]\n       randflake uniqueid parse TOKEN...")
-		if len(args) == 0 {
-			return usagef("gen or parse expected")
-		}
-		return nil
+const uniqueIDUsage = `uniqueid gen [-n N] [--layout current|classic] [--addr IPV4]
+       randflake uniqueid parse TOKEN...`
+
+// uniqueIDCmd is randflake uniqueid: it runs one of uniqueIDCommands.
+type uniqueIDCmd struct{ noFlags }
+
+// uniqueIDCommands is the table of uniqueid's own subcommands.
+func uniqueIDCommands() []command {
+	return []command{
+		{"gen", "new tokens", uniqueIDGenUsage, func() subcommand { return new(uniqueIDGenCmd) }},
+		{"parse", "the fields of tokens", uniqueIDParseUsage, func() subcommand { return new(uniqueIDParseCmd) }},
 	}
-	switch args[0] {
-	case "gen":
-		return uniqueIDGen(e, args[1:])
-	case "parse":
-		return uniqueIDParse(e, args[1:])
-	}
-	return usagef("unknown uniqueid command %q (gen or parse)", args[0])
 }
 
-func uniqueIDGen(e *env, args []string) error {
-	fs := newFlags(e, "uniqueid gen", "uniqueid gen [-n N] [--layout current|classic] [--addr IPV4]\n\nPrints N Apache mod_unique_id tokens.")
-	n := fs.Int("n", 1, "number of tokens")
-	layout := fs.String("layout", "current", "current (httpd 2.4, 27 characters) or classic (24 characters)")
-	addr := fs.String("addr", "", "IPv4 address for the classic layout (default: the host's first non-loopback address)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func (c *uniqueIDCmd) run(e *env, args []string) error {
+	if len(args) == 0 {
+		printUsage(e.stderr, uniqueIDUsage)
+		return usagef("gen or parse expected")
 	}
-	if *n < 0 || fs.NArg() > 0 {
+	sub, ok := lookup(uniqueIDCommands(), args[0])
+	if !ok {
+		return usagef("unknown uniqueid command %q (gen or parse)", args[0])
+	}
+	return sub.exec(e, "uniqueid "+sub.name, args[1:])
+}
+
+const uniqueIDGenUsage = `uniqueid gen [-n N] [--layout current|classic] [--addr IPV4]
+
+Prints N Apache mod_unique_id tokens.`
+
+// uniqueIDGenCmd is randflake uniqueid gen: new tokens.
+type uniqueIDGenCmd struct {
+	n      int
+	layout string
+	addr   string
+}
+
+func (c *uniqueIDGenCmd) flags(fs *flag.FlagSet) {
+	fs.IntVar(&c.n, "n", 1, "number of tokens")
+	fs.StringVar(&c.layout, "layout", "current", "current (httpd 2.4, 27 characters) or classic (24 characters)")
+	fs.StringVar(&c.addr, "addr", "", "IPv4 address for the classic layout (default: the host's first non-loopback address)")
+}
+
+func (c *uniqueIDGenCmd) run(e *env, args []string) error {
+	if c.n < 0 || len(args) > 0 {
 		return usagef("-n must not be negative, and no arguments are taken")
 	}
-	var gen interface{ Append([]byte) []byte }
-	switch *layout {
-	case "current":
-		g, err := uniqueid.NewCurrent()
-		if err != nil {
-			return err
-		}
-		gen = g
-	case "classic":
-		var a netip.Addr
-		if *addr != "" {
-			var err error
-			if a, err = netip.ParseAddr(*addr); err != nil || !a.Is4() {
-				return usagef("--addr must be an IPv4 address")
-			}
-		}
-		g, err := uniqueid.NewClassic(a)
-		if err != nil {
-			return err
-		}
-		gen = g
-	default:
-		return usagef("--layout must be current or classic")
+	gen, err := c.generator()
+	if err != nil {
+		return err
 	}
 	w := bufio.NewWriter(e.stdout)
 	buf := make([]byte, 0, 32)
-	for range *n {
+	for range c.n {
 		buf = append(gen.Append(buf[:0]), '\n')
 		w.Write(buf)
 	}
 	return w.Flush()
 }
 
-func uniqueIDParse(e *env, args []string) error {
-	fs := newFlags(e, "uniqueid parse", "uniqueid parse TOKEN...\n\nPrints the fields of Apache mod_unique_id tokens in either layout.")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+// generator returns the generator of the layout the flags name.
+func (c *uniqueIDGenCmd) generator() (interface{ Append([]byte) []byte }, error) {
+	switch c.layout {
+	case "current":
+		return uniqueid.NewCurrent()
+	case "classic":
+		var a netip.Addr
+		if c.addr != "" {
+			var err error
+			if a, err = netip.ParseAddr(c.addr); err != nil || !a.Is4() {
+				return nil, usagef("--addr must be an IPv4 address")
+			}
+		}
+		return uniqueid.NewClassic(a)
 	}
-	if fs.NArg() == 0 {
+	return nil, usagef("--layout must be current or classic")
+}
+
+const uniqueIDParseUsage = `uniqueid parse TOKEN...
+
+Prints the fields of Apache mod_unique_id tokens in either layout.`
+
+// uniqueIDParseCmd is randflake uniqueid parse: the fields of tokens.
+type uniqueIDParseCmd struct{ noFlags }
+
+func (c *uniqueIDParseCmd) run(e *env, tokens []string) error {
+	if len(tokens) == 0 {
 		return usagef("no tokens given")
 	}
 	failed := false
-	for _, s := range fs.Args() {
+	for _, s := range tokens {
 		t, err := uniqueid.Parse(s)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "%s: %v\n", s, err)

@@ -2,12 +2,25 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"slices"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
+
+// newLogger returns a logger writing to w in format "text" or "json".
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format must be text or json")
+}
 
 // zapToSlog returns a zap logger, for the etcd client, that hands its
 // entries at warning level and above to log, so that they come out in the
