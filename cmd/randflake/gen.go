@@ -36,7 +36,7 @@ func (c *genCmd) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.n, "n", 1, "number of IDs")
 	fs.StringVar(&c.format, "format", "string", "output: string (base32hex), int (decimal) or json (array of strings)")
 	fs.DurationVar(&c.wait, "wait", time.Minute, "how long to wait for node IDs")
-	c.gen.register(fs)
+	c.gen.register(fs, statedir.BlockSize)
 }
 
 func (c *genCmd) run(e *env, args []string) error {
@@ -62,7 +62,7 @@ func (c *genCmd) run(e *env, args []string) error {
 	defer stop()
 	actx, cancel := context.WithTimeout(ctx, c.wait)
 	defer cancel()
-	g, err := c.gen.open(actx, e, log, statedir.BlockSize)
+	g, err := c.gen.open(actx, e, log)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return errors.New("interrupted while waiting for node IDs")

@@ -25,16 +25,17 @@ type generatorFlags struct {
 	lease  leaseFlags
 }
 
-func (g *generatorFlags) register(fs *flag.FlagSet) {
+// register registers the flags; defaultClaim is the number of node IDs
+// claimed from the state directory without --claim.
+func (g *generatorFlags) register(fs *flag.FlagSet, defaultClaim int64) {
 	g.secret.register(fs)
-	g.lease.register(fs)
+	g.lease.register(fs, defaultClaim)
 }
 
 // open acquires node IDs for a generator under the secret the flags name
 // (the state directory's when none is named), within ctx, logging the
-// lease's events to log. Without a node-ID count from the flags it claims
-// defaultClaim.
-func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger, defaultClaim int64) (*leased, error) {
+// lease's events to log.
+func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger) (*leased, error) {
 	if err := g.lease.check(); err != nil {
 		return nil, err
 	}
@@ -53,7 +54,7 @@ func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger, def
 	case g.lease.etcd != "":
 		return g.lease.openEtcd(ctx, log, secret)
 	}
-	return g.lease.openStateDir(ctx, log, secret, defaultClaim)
+	return g.lease.openStateDir(ctx, log, secret)
 }
 
 // leaseFlags choose where the node IDs come from: the state directory
@@ -65,14 +66,16 @@ type leaseFlags struct {
 	claim  int64
 	ttl    time.Duration
 
-	first, last int64 // the range --nodes names, set by check
+	defaultClaim int64 // from the state directory without --claim
+	first, last  int64 // the range --nodes names, set by check
 }
 
-func (l *leaseFlags) register(fs *flag.FlagSet) {
+func (l *leaseFlags) register(fs *flag.FlagSet, defaultClaim int64) {
+	l.defaultClaim = defaultClaim
 	fs.StringVar(&l.nodes, "nodes", "", "use the static node-ID range FIRST-LAST (you guarantee that no other process uses it)")
 	fs.StringVar(&l.etcd, "etcd", "", "claim node IDs from etcd at these comma-separated endpoints (needs an explicit fleet secret)")
 	fs.StringVar(&l.prefix, "etcd-prefix", "", "etcd key prefix of the claims (default "+etcdlease.DefaultPrefix+")")
-	fs.Int64Var(&l.claim, "claim", 0, "node IDs to claim from the state directory or etcd (default: 1024 from the state directory, 16 from etcd)")
+	fs.Int64Var(&l.claim, "claim", 0, fmt.Sprintf("node IDs to claim from the state directory or etcd (default: %d from the state directory, %d from etcd)", defaultClaim, etcdlease.DefaultNodes))
 	fs.DurationVar(&l.ttl, "etcd-ttl", 0, "etcd lease TTL: a crashed process's node IDs are free again after it (default 10s)")
 }
 
@@ -155,10 +158,10 @@ func (l *leaseFlags) openEtcd(ctx context.Context, log *slog.Logger, secret []by
 	return &leased{Leased: g, describe: "etcd", cleanup: func() { cli.Close() }}, nil
 }
 
-// openStateDir claims node IDs (--claim, or else defaultClaim) from the
+// openStateDir claims node IDs (--claim, or else l.defaultClaim) from the
 // state directory, within ctx, saying on log while it waits. secret may be
 // nil: the directory's own secret is used then.
-func (l *leaseFlags) openStateDir(ctx context.Context, log *slog.Logger, secret []byte, defaultClaim int64) (*leased, error) {
+func (l *leaseFlags) openStateDir(ctx context.Context, log *slog.Logger, secret []byte) (*leased, error) {
 	d, err := statedir.Open("")
 	if err != nil {
 		return nil, err
@@ -170,7 +173,7 @@ func (l *leaseFlags) openStateDir(ctx context.Context, log *slog.Logger, secret 
 	}
 	claim := l.claim
 	if claim == 0 {
-		claim = defaultClaim
+		claim = l.defaultClaim
 	}
 	src, err := d.Source(statedir.Options{Nodes: claim, ExternalSecret: external, Logger: log})
 	if err != nil {

@@ -60,7 +60,7 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 60*time.Second, "how long an idle keep-alive connection stays open")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format on standard error: text or json")
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one line per request (method, path without the query, status, bytes, duration, remote address)")
-	c.gen.register(fs)
+	c.gen.register(fs, statedir.DefaultNodes)
 }
 
 func (c *serveCmd) run(e *env, args []string) error {
@@ -144,7 +144,7 @@ func (cfg *serveConfig) run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	g, err := cfg.gen.open(ctx, e, cfg.log, statedir.DefaultNodes)
+	g, err := cfg.gen.open(ctx, e, cfg.log)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			// Stopped on request before serving: nothing is held any
