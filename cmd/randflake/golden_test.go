@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The golden tests run subcommands in-process, through env, and compare
+// what they print with testdata/NAME.golden. go test -run TestGolden
+// -update rewrites the files.
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// goldenClock is the clock of gen's generators in the golden tests. A
+// static lease starts at the wall clock's next second, so this must lie
+// ahead of the wall clock (and before randflake.MaxTimestamp, in 2058).
+var goldenClock = time.Date(2056, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// The three IDs gen makes at goldenClock on node 7 under testSecretHex,
+// in string and decimal form (testdata/gen-string.golden, gen-int.golden).
+var (
+	goldenIDs      = []string{"56t36f9dacqf4", "6f4h8rlkekc5t", "f76eqgtdllut"}
+	goldenDecimals = []string{"6013544078139353572", "7463072463919395005", "548540665548167133"}
+)
+
+// goldenCase is one in-process run of the command.
+type goldenCase struct {
+	name     string            // of the golden file, testdata/NAME.golden
+	args     []string          // after "randflake"; $DIR is the case's directory
+	stdin    string            // standard input
+	env      map[string]string // the environment; nil: goldenEnv
+	terminal bool              // whether standard input and output are terminals
+	// setup, if set, prepares the case's directory; check, if set, checks
+	// it afterwards.
+	setup, check func(t *testing.T, dir string)
+	// redact, if set, rewrites standard output before the comparison, for
+	// output that differs from run to run; it fails t if the output is
+	// not as expected.
+	redact func(t *testing.T, stdout string) string
+}
+
+var goldenEnv = map[string]string{"RANDFLAKE_SECRET": testSecretHex}
+
+func goldenCases() []goldenCase {
+	inspectable := []string{goldenIDs[0], goldenIDs[1], "+" + goldenDecimals[2]}
+	return []goldenCase{
+		{name: "usage", args: nil},
+		{name: "help", args: []string{"--help"}},
+		{name: "unknown", args: []string{"nope"}},
+
+		{name: "gen-string", args: []string{"gen", "-n", "3", "--nodes", "7"}},
+		{name: "gen-int", args: []string{"gen", "-n", "3", "--format", "int", "--nodes", "7"}},
+		{name: "gen-json", args: []string{"gen", "-n", "3", "--format", "json", "--nodes", "7"}},
+		{name: "gen-json-none", args: []string{"gen", "-n", "0", "--format", "json", "--nodes", "7"}},
+		{name: "gen-help", args: []string{"gen", "--help"}},
+		{name: "gen-negative", args: []string{"gen", "-n", "-1", "--nodes", "7"}},
+		{name: "gen-bad-format", args: []string{"gen", "--format", "xml", "--nodes", "7"}},
+		{name: "gen-bad-flag", args: []string{"gen", "--bogus"}},
+		{name: "gen-bad-nodes", args: []string{"gen", "--nodes", "5-3"}},
+		{name: "gen-nodes-and-etcd", args: []string{"gen", "--nodes", "1-2", "--etcd", "h:1"}},
+		{name: "gen-extra", args: []string{"gen", "--nodes", "7", "extra"}},
+		{name: "gen-bad-secret", args: []string{"gen", "--nodes", "7"}, env: map[string]string{"RANDFLAKE_SECRET": "0123"}},
+
+		{name: "inspect", args: append([]string{"inspect"}, inspectable...)},
+		{name: "inspect-json", args: append([]string{"inspect", "--json"}, inspectable...)},
+		{name: "inspect-stdin", args: []string{"inspect"}, stdin: strings.Join(goldenIDs, "\n") + "\n"},
+		{name: "inspect-bad", args: []string{"inspect", goldenIDs[0], "not-an-id", "vvvvvvvvvvvvvv", "+x", goldenIDs[1]}},
+		{name: "inspect-terminal", args: []string{"inspect"}, terminal: true},
+		{name: "inspect-empty", args: []string{"inspect"}, stdin: " \n"},
+		{name: "inspect-help", args: []string{"inspect", "--help"}},
+
+		{name: "keygen", args: []string{"keygen", "--out", "$DIR/secret"}, check: checkSecretFile},
+		{name: "keygen-exists", args: []string{"keygen", "--out", "$DIR/secret"},
+			setup: writeFile("secret", "old\n", 0o600), check: checkContent("secret", "old\n")},
+		{name: "keygen-force", args: []string{"keygen", "--out", "$DIR/secret", "--force"},
+			setup: writeFile("secret", "old\n", 0o644), check: checkSecretFile},
+		{name: "keygen-stdout", args: []string{"keygen", "--out", "-"}, redact: redactSecret},
+		{name: "keygen-terminal", args: []string{"keygen", "--out", "-"}, terminal: true},
+		{name: "keygen-terminal-show", args: []string{"keygen", "--out", "-", "--show"}, terminal: true, redact: redactSecret},
+		{name: "keygen-no-out", args: []string{"keygen"}},
+		{name: "keygen-help", args: []string{"keygen", "--help"}},
+
+		{name: "uniqueid", args: []string{"uniqueid"}},
+		{name: "uniqueid-help", args: []string{"uniqueid", "--help"}},
+		{name: "uniqueid-unknown", args: []string{"uniqueid", "frob"}},
+		{name: "uniqueid-parse", args: []string{"uniqueid", "parse", "aw6BNLExJklyqKErjVoWCgAAAAA", "aw6BNMAAAgcAAA28cpszJhVo", "garbage"}},
+		{name: "uniqueid-gen-help", args: []string{"uniqueid", "gen", "--help"}},
+		{name: "uniqueid-gen-bad-addr", args: []string{"uniqueid", "gen", "--layout", "classic", "--addr", "::1"}},
+
+		{name: "serve-help", args: []string{"serve", "--help"}},
+		{name: "serve-bad-count", args: []string{"serve", "--max-count", "0"}},
+		{name: "serve-bad-log-format", args: []string{"serve", "--log-format", "xml"}},
+		{name: "load-help", args: []string{"load", "--help"}},
+		{name: "load-remote", args: []string{"load", "--url", "http://example.com"}},
+		{name: "bench-help", args: []string{"bench", "--help"}},
+	}
+}
+
+func TestGolden(t *testing.T) {
+	// Nothing here may touch a state directory but an empty one of its own.
+	t.Setenv("RANDFLAKE_STATE_DIR", t.TempDir())
+	for _, c := range goldenCases() {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if c.setup != nil {
+				c.setup(t, dir)
+			}
+			got := runGolden(t, c, dir)
+			if c.check != nil {
+				c.check(t, dir)
+			}
+			path := filepath.Join("testdata", c.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (go test -run TestGolden -update writes it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("output differs from %s (go test -run TestGolden -update rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
+			}
+		})
+	}
+}
+
+// runGolden runs c in-process and returns the text of its golden file:
+// the command line, the exit status, standard output and standard error,
+// with dir written as $DIR.
+func runGolden(t *testing.T, c goldenCase, dir string) string {
+	vars := c.env
+	if vars == nil {
+		vars = goldenEnv
+	}
+	var stdout, stderr bytes.Buffer
+	e := &env{
+		stdin:      strings.NewReader(c.stdin),
+		stdout:     &stdout,
+		stderr:     &stderr,
+		getenv:     func(k string) string { return vars[k] },
+		isTerminal: func(any) bool { return c.terminal },
+		now:        func() time.Time { return goldenClock },
+	}
+	args := make([]string, len(c.args))
+	for i, a := range c.args {
+		args[i] = strings.ReplaceAll(a, "$DIR", dir)
+	}
+	code := run(e, args)
+	out, errs := stdout.String(), stderr.String()
+	if strings.Contains(out+errs, testSecretHex) {
+		t.Errorf("the secret was printed")
+	}
+	if c.redact != nil {
+		out = c.redact(t, out)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "$ %s\nexit status %d\n", strings.Join(append([]string{"randflake"}, c.args...), " "), code)
+	fmt.Fprintf(&b, "-- stdout --\n%s-- stderr --\n%s", out, strings.ReplaceAll(errs, dir, "$DIR"))
+	return b.String()
+}
+
+var secretLine = regexp.MustCompile(`^[0-9a-f]{32}\n$`)
+
+// redactSecret replaces a secret printed by keygen.
+func redactSecret(t *testing.T, stdout string) string {
+	if !secretLine.MatchString(stdout) {
+		t.Errorf("keygen printed %q, want 32 hex digits and a newline", stdout)
+		return stdout
+	}
+	return "(32 hex digits)\n"
+}
+
+// checkSecretFile checks the secret file keygen wrote: mode 0600, 32 hex
+// digits and a newline.
+func checkSecretFile(t *testing.T, dir string) {
+	path := filepath.Join(dir, "secret")
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st.Mode().Perm(); m != 0o600 {
+		t.Errorf("%s has mode %#o, want 0600", path, m)
+	}
+	b, _ := os.ReadFile(path)
+	if !secretLine.Match(b) {
+		t.Errorf("%s holds %q, want 32 hex digits and a newline", path, b)
+	}
+}
+
+func writeFile(name, content string, mode os.FileMode) func(*testing.T, string) {
+	return func(t *testing.T, dir string) {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func checkContent(name, want string) func(*testing.T, string) {
+	return func(t *testing.T, dir string) {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("%s holds %q (%v), want %q", name, b, err, want)
+		}
+	}
+}
