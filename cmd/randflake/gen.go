@@ -100,7 +100,7 @@ func (c *genCmd) print(ctx context.Context, e *env, g *leased) error {
 		done += int64(got)
 		if err != nil {
 			if errors.Is(err, randflake.ErrResourceExhausted) || errors.Is(err, randflake.ErrConsistencyViolation) {
-				g.wait(ctx) // the next second brings new sequence numbers
+				waitNextSecond(ctx) // which brings new sequence numbers
 				continue
 			}
 			w.Flush()
@@ -126,4 +126,16 @@ func (c *genCmd) appendID(b []byte, id int64, first bool) []byte {
 		return append(randflake.AppendString(append(b, '"'), id), '"')
 	}
 	return append(randflake.AppendString(b, id), '\n')
+}
+
+// waitNextSecond sleeps until the next second of the wall clock or until
+// ctx is done.
+func waitNextSecond(ctx context.Context) {
+	now := time.Now()
+	t := time.NewTimer(now.Truncate(time.Second).Add(time.Second).Sub(now))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

@@ -215,20 +215,6 @@ func (g *leased) Close() error {
 	return g.err
 }
 
-// wait sleeps until the next second, when new sequence numbers exist, or
-// until ctx is done.
-func (g *leased) wait(ctx context.Context) error {
-	now := time.Now()
-	t := time.NewTimer(now.Truncate(time.Second).Add(time.Second).Sub(now))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // Timing of waitNotice.
 var (
 	waitNoticeFirst = time.Second

@@ -23,6 +23,55 @@ import (
 	"time"
 )
 
+func main() {
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, isTerminal: isTerminal}
+	os.Exit(run(e, os.Args[1:]))
+}
+
+// env is what a subcommand sees of the process, so that tests can run
+// subcommands in-process.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	isTerminal     func(f any) bool
+	// now, if set, is the clock of generators on a static node range
+	// (--nodes); it must be ahead of the wall clock, as their lease starts
+	// at the wall clock's next second. Nil means the wall clock.
+	now func() time.Time
+}
+
+// run runs the subcommand args[0] names with the rest of args and returns
+// the exit status.
+func run(e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		topUsage(e.stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := lookup(commands(), args[0])
+	if !ok {
+		fmt.Fprintf(e.stderr, "randflake: unknown command %q\n", args[0])
+		topUsage(e.stderr)
+		return 2
+	}
+	err := c.exec(e, c.name, args[1:])
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(e.stderr, "randflake %s: %v\n(see randflake %s --help)\n", c.name, err, c.name)
+		return 2
+	case errors.Is(err, errReported):
+		return 1
+	default:
+		fmt.Fprintf(e.stderr, "randflake %s: %v\n", c.name, err)
+		return 1
+	}
+}
+
 // commands is the table of subcommands, in the order of the usage text.
 // Each is a type in a file of its own (gen.go, inspect.go, ...) holding its
 // usage text, its flags and its run method; flags.go has the flag helpers
@@ -53,54 +102,6 @@ type command struct {
 type subcommand interface {
 	flags(fs *flag.FlagSet)
 	run(e *env, args []string) error
-}
-
-// env is what a subcommand sees of the process, so that tests can run
-// subcommands in-process.
-type env struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	getenv         func(string) string
-	isTerminal     func(f any) bool
-	// now, if set, is the clock of generators on a static node range
-	// (--nodes); it must be ahead of the wall clock, as their lease starts
-	// at the wall clock's next second. Nil means the wall clock.
-	now func() time.Time
-}
-
-func main() {
-	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, isTerminal: isTerminal}
-	os.Exit(run(e, os.Args[1:]))
-}
-
-// run runs the subcommand args name and returns the exit status.
-func run(e *env, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		topUsage(e.stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	c, ok := lookup(commands(), args[0])
-	if !ok {
-		fmt.Fprintf(e.stderr, "randflake: unknown command %q\n", args[0])
-		topUsage(e.stderr)
-		return 2
-	}
-	err := c.exec(e, c.name, args[1:])
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, new(usageError)):
-		fmt.Fprintf(e.stderr, "randflake %s: %v\n(see randflake %s --help)\n", c.name, err, c.name)
-		return 2
-	case errors.Is(err, errReported):
-		return 1
-	default:
-		fmt.Fprintf(e.stderr, "randflake %s: %v\n", c.name, err)
-		return 1
-	}
 }
 
 // lookup returns the command called name.
