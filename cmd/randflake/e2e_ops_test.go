@@ -348,21 +348,11 @@ func runBinaryTimeout(t *testing.T, d time.Duration, env []string, args ...strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	r := runBinaryContext(t, ctx, "", env, args...)
 	if ctx.Err() != nil {
-		t.Errorf("%v: killed after %v; stderr %q", args, d, errb.String())
+		t.Errorf("%v: killed after %v; stderr %q", args, d, r.stderr)
 	}
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{out.String(), errb.String(), code}
+	return r
 }
 
 // The etcd client's zap logger writes warnings and errors, with their

@@ -52,7 +52,13 @@ type result struct {
 
 func runBinary(t *testing.T, stdin string, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	return runBinaryContext(t, context.Background(), stdin, env, args...)
+}
+
+// runBinaryContext is runBinary, killing the process when ctx is done.
+func runBinaryContext(t *testing.T, ctx context.Context, stdin string, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
