@@ -426,6 +426,25 @@ func (c *Client) contextError(ctx context.Context) error {
 	return fmt.Errorf("%w (last fetch error: %w)", ctx.Err(), last)
 }
 
+// Fetch makes exactly one request for a batch of Config.BatchSize IDs, to
+// the URL the client uses now, and returns the whole batch: no buffer, no
+// prefetch, no retry. It is for callers that hand out or store whole
+// batches, and for measuring the service request by request (randflake
+// load). ctx and MaxAge bound the request; an error is what Next would
+// have seen for it (a *ServerError, ErrTooSlow, ErrRedirect, a network
+// error).
+func (c *Client) Fetch(ctx context.Context) ([]int64, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ep := c.endpoints[c.next]
+	c.mu.Unlock()
+	ids, _, err := c.request(ctx, ep, time.Now())
+	return ids, err
+}
+
 // Prefetch starts a background fetch if none is running and the buffer has
 // room for a batch.
 func (c *Client) Prefetch() {
@@ -559,10 +578,15 @@ const maxRetryAfterParsed = 1 << 20 // seconds, about 12 days
 // get makes one request to ep. It returns the IDs, or an error and the
 // delay asked for by a Retry-After header.
 func (c *Client) get(ep endpoint, sent time.Time) ([]int64, time.Duration, error) {
-	ctx, cancel := context.WithDeadline(c.ctx, sent.Add(c.cfg.MaxAge))
+	return c.request(c.ctx, ep, sent)
+}
+
+// request makes one request to ep within parent and MaxAge from sent.
+func (c *Client) request(parent context.Context, ep endpoint, sent time.Time) ([]int64, time.Duration, error) {
+	ctx, cancel := context.WithDeadline(parent, sent.Add(c.cfg.MaxAge))
 	defer cancel()
 	fail := func(err error) ([]int64, time.Duration, error) {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) && c.ctx.Err() == nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
 			return nil, 0, fmt.Errorf("%w: %s did not answer in full within MaxAge (%v)", ErrTooSlow, ep.base, c.cfg.MaxAge)
 		}
 		var ue *url.Error

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -514,5 +515,58 @@ func TestJSONAnswer(t *testing.T) {
 		if id, err := c.Next(context.Background()); err != nil || id != want {
 			t.Fatalf("got %d, %v; want %d", id, err, want)
 		}
+	}
+}
+
+// Fetch is one request for one whole batch: the server sees exactly one
+// request per call, and its errors come back as they are.
+func TestFetchIsOneRequest(t *testing.T) {
+	var requests atomic.Int64
+	var next atomic.Int64
+	fail := atomic.Bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		if fail.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":"no valid node-ID lease","kind":"lease"}`))
+			return
+		}
+		n, _ := strconv.Atoi(r.URL.Query().Get("count"))
+		for range n {
+			fmt.Fprintln(w, next.Add(1))
+		}
+	}))
+	defer srv.Close()
+	c, err := New(Config{URL: srv.URL, BatchSize: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seen := map[int64]bool{}
+	for i := 1; i <= 4; i++ {
+		ids, err := c.Fetch(context.Background())
+		if err != nil || len(ids) != 50 {
+			t.Fatalf("Fetch %d: %d IDs, %v; want 50", i, len(ids), err)
+		}
+		if got := requests.Load(); got != int64(i) {
+			t.Fatalf("after %d calls the server saw %d requests", i, got)
+		}
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("ID %d twice", id)
+			}
+			seen[id] = true
+		}
+	}
+	fail.Store(true)
+	_, err = c.Fetch(context.Background())
+	var se *ServerError
+	if !errors.As(err, &se) || se.Kind != "lease" || requests.Load() != 5 {
+		t.Errorf("Fetch from a failing server: %v after %d requests; want one request and a ServerError of kind lease", err, requests.Load())
+	}
+	c.Close()
+	if _, err := c.Fetch(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Fetch after Close: %v, want ErrClosed", err)
 	}
 }
