@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/randflake/randflake/client"
 )
 
 const loadUsage = `load --url URL [--batch N] [--concurrency C] [--duration D | --requests R] [--rate Q]
@@ -56,7 +55,7 @@ func (c *loadCmd) run(e *env, args []string) error {
 		return usagef("--batch and --concurrency must be positive, --duration in (0, 60s], --requests and --rate not negative")
 	}
 	rep, err := loadTest(context.Background(), loadConfig{
-		URL: u.JoinPath("v1", "ids").String(), Batch: c.batch, Concurrency: c.concurrency,
+		URL: u.String(), Batch: c.batch, Concurrency: c.concurrency,
 		Duration: c.duration, Requests: c.requests, Rate: c.rate,
 	})
 	if err != nil {
@@ -68,7 +67,7 @@ func (c *loadCmd) run(e *env, args []string) error {
 
 // loadConfig is a load test, checked.
 type loadConfig struct {
-	URL         string        // the /v1/ids endpoint
+	URL         string        // the service's base URL
 	Batch       int           // IDs per request
 	Concurrency int           // requests at a time
 	Duration    time.Duration // the run's bound in time
@@ -110,12 +109,19 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	defer cancel()
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}
 	defer tr.CloseIdleConnections()
-	r := &loadRun{
-		cfg:      cfg,
-		hc:       &http.Client{Transport: tr, Timeout: 10 * time.Second},
-		endpoint: cfg.URL + "?count=" + strconv.Itoa(cfg.Batch) + "&format=int",
-		start:    time.Now(),
+	// One Fetch is one request: no prefetch, no retry, so every request's
+	// latency shows.
+	cli, err := client.New(client.Config{
+		URL:        cfg.URL,
+		BatchSize:  cfg.Batch,
+		HTTPClient: &http.Client{Transport: tr},
+		MaxAge:     10 * time.Second,
+	})
+	if err != nil {
+		return loadReport{}, err
 	}
+	defer cli.Close()
+	r := &loadRun{cfg: cfg, cli: cli, start: time.Now()}
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
 		wg.Go(func() { r.worker(ctx) })
@@ -141,10 +147,9 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 
 // loadRun is the state of a load test that its workers share.
 type loadRun struct {
-	cfg      loadConfig
-	hc       *http.Client
-	endpoint string
-	start    time.Time
+	cfg   loadConfig
+	cli   *client.Client
+	start time.Time
 
 	mu   sync.Mutex
 	ids  []int64         // every ID received
@@ -177,19 +182,19 @@ func (r *loadRun) worker(ctx context.Context) {
 			}
 		}
 		t0 := time.Now()
-		got, err := fetchIDs(ctx, r.hc, r.endpoint, ids)
+		got, err := r.cli.Fetch(ctx)
 		if ctx.Err() != nil {
 			return // the run's time is up: an interrupted request is not an error
 		}
-		if err == nil && len(got)-len(ids) != r.cfg.Batch {
-			err = fmt.Errorf("asked for %d IDs, got %d", r.cfg.Batch, len(got)-len(ids))
+		if err == nil && len(got) != r.cfg.Batch {
+			err = fmt.Errorf("asked for %d IDs, got %d", r.cfg.Batch, len(got))
 		}
 		if err != nil {
 			r.fail(err)
 			return
 		}
 		lat = append(lat, time.Since(t0))
-		ids = got
+		ids = append(ids, got...)
 	}
 }
 
@@ -217,33 +222,4 @@ func (r *loadRun) fail(err error) {
 	if r.err == nil {
 		r.err = err
 	}
-}
-
-// fetchIDs makes one request for IDs and appends them to dst. (The
-// package client prefetches in the background, so a call to it is not one
-// request: the latency of each request would not show.)
-func fetchIDs(ctx context.Context, hc *http.Client, endpoint string, dst []int64) ([]int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
-	if err != nil {
-		return dst, err
-	}
-	req.Header.Set("Accept", "text/plain")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return dst, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return dst, fmt.Errorf("%s: %s", resp.Status, b)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		id, err := strconv.ParseInt(sc.Text(), 10, 64)
-		if err != nil {
-			return dst, fmt.Errorf("bad ID %q in response", sc.Text())
-		}
-		dst = append(dst, id)
-	}
-	return dst, sc.Err()
 }
