@@ -20,7 +20,7 @@ func TestUsedSecondsRangeChecked(t *testing.T) {
 	cli := newClient(t, srv.endpoint())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for i, bad := range []string{"9223372036854775807", "9223372036854775806", "-5", "0", "12x", fmt.Sprint(randflake.MaxTimestamp + 1)} {
+	for i, bad := range []string{"9223372036854775807", "9223372036854775806", "-5", "0", "12x", fmt.Sprint(int64(randflake.MaxTimestamp) + 1)} {
 		prefix := fmt.Sprintf("/corrupt%d/", i)
 		if _, err := cli.Put(ctx, prefix+"used/000000", bad); err != nil {
 			t.Fatal(err)
@@ -43,7 +43,7 @@ func TestUsedSecondsRangeChecked(t *testing.T) {
 	}
 
 	prefix := "/usedup/"
-	if _, err := cli.Put(ctx, prefix+"used/000000", fmt.Sprint(randflake.MaxTimestamp)); err != nil {
+	if _, err := cli.Put(ctx, prefix+"used/000000", fmt.Sprint(int64(randflake.MaxTimestamp))); err != nil {
 		t.Fatal(err)
 	}
 	src, err := New(Config{Client: cli, Prefix: prefix, Nodes: 1, LastNode: 1, TTL: 3 * time.Second})

@@ -379,7 +379,7 @@ func parseUsed(key, value []byte) (int64, error) {
 	v, err := strconv.ParseInt(string(value), 10, 64)
 	if err != nil || v < randflake.Epoch || v > randflake.MaxTimestamp {
 		return 0, fmt.Errorf("%w: %s holds %.30q, not a second from %d to %d; remove it only if no process can have used its node ID in the last promise horizon",
-			ErrCorrupt, key, value, randflake.Epoch, randflake.MaxTimestamp)
+			ErrCorrupt, key, value, int64(randflake.Epoch), int64(randflake.MaxTimestamp))
 	}
 	return v, nil
 }

@@ -197,8 +197,8 @@ func TestExternalSecretWaitsInNewDirectory(t *testing.T) {
 // refused; neither is issued on at once, and no file is rewritten into a
 // state later starts refuse.
 func TestOutOfRangeSecondsRefused(t *testing.T) {
-	for _, until := range []string{"9223372036854775807", "9223372036854775806", "-1", "0", fmt.Sprint(randflake.MaxTimestamp + 1)} {
-		body := stateHeader + "\nhistory own\nunrecorded " + fmt.Sprint(randflake.Epoch) + "\n0 " + fmt.Sprint(t0) + " " + until + "\n"
+	for _, until := range []string{"9223372036854775807", "9223372036854775806", "-1", "0", fmt.Sprint(int64(randflake.MaxTimestamp) + 1)} {
+		body := stateHeader + "\nhistory own\nunrecorded " + fmt.Sprint(int64(randflake.Epoch)) + "\n0 " + fmt.Sprint(t0) + " " + until + "\n"
 		t.Run("forged "+until, func(t *testing.T) {
 			d := openTest(t)
 			os.WriteFile(d.statePath(), []byte(body+sumLine(body)), 0o600)
@@ -227,7 +227,7 @@ func TestOutOfRangeSecondsRefused(t *testing.T) {
 	}
 	// A block used up to the last second of the lifetime is never handed
 	// out again, and the directory says so.
-	body := stateHeader + "\nhistory own\nunrecorded " + fmt.Sprint(randflake.Epoch) + "\n0 " + fmt.Sprint(t0) + " " + fmt.Sprint(randflake.MaxTimestamp) + "\n"
+	body := stateHeader + "\nhistory own\nunrecorded " + fmt.Sprint(int64(randflake.Epoch)) + "\n0 " + fmt.Sprint(t0) + " " + fmt.Sprint(int64(randflake.MaxTimestamp)) + "\n"
 	d := openTest(t)
 	os.WriteFile(d.statePath(), []byte(body+sumLine(body)), 0o600)
 	clk := &fixedClock{}

@@ -138,7 +138,7 @@ func parseState(data []byte) (state, error) {
 		if len(f) == 2 && f[0] == "unrecorded" && !seenUnrecorded {
 			v, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil || !inLifetime(v) {
-				return st, fmt.Errorf("%w: line %d: unrecorded second %q outside %d-%d", ErrCorruptState, n+2, f[1], randflake.Epoch, randflake.MaxTimestamp)
+				return st, fmt.Errorf("%w: line %d: unrecorded second %q outside %d-%d", ErrCorruptState, n+2, f[1], int64(randflake.Epoch), int64(randflake.MaxTimestamp))
 			}
 			st.unrecorded, seenUnrecorded = v, true
 			continue
@@ -156,7 +156,7 @@ func parseState(data []byte) (state, error) {
 		case v[0] < 0 || v[0] > randflake.MaxNode/BlockSize:
 			return st, fmt.Errorf("%w: line %d: no block %d", ErrCorruptState, n+2, v[0])
 		case !inLifetime(v[1]) || !inLifetime(v[2]):
-			return st, fmt.Errorf("%w: line %d: block %d: second outside %d-%d", ErrCorruptState, n+2, v[0], randflake.Epoch, randflake.MaxTimestamp)
+			return st, fmt.Errorf("%w: line %d: block %d: second outside %d-%d", ErrCorruptState, n+2, v[0], int64(randflake.Epoch), int64(randflake.MaxTimestamp))
 		}
 		if _, dup := st.recs[int(v[0])]; dup {
 			return st, fmt.Errorf("%w: line %d: block %d recorded twice", ErrCorruptState, n+2, v[0])
