@@ -1,6 +1,10 @@
 package randflake
 
-import "os"
+import (
+	"fmt"
+	"os"
+	"strings"
+)
 
 // kernelID names an implementation of the batch ID cipher.
 type kernelID uint8
@@ -32,9 +36,23 @@ var activeKernel = selectKernel(os.Getenv("RANDFLAKE_KERNEL"))
 // The fastest kernel whose every CPU feature is present is chosen when the
 // package is initialised. The environment variable RANDFLAKE_KERNEL may name
 // a slower kernel to use instead (for comparisons); a name this CPU cannot
-// run is ignored. GODEBUG=cpu.<feature>=off (see golang.org/x/sys/cpu) also
+// run is not used, and KernelOverrideError says so. GODEBUG=cpu.<feature>=off (see golang.org/x/sys/cpu) also
 // steers the choice, and the purego build tag leaves only "generic".
 func Kernel() string { return activeKernel.name }
+
+// KernelOverrideError reports a RANDFLAKE_KERNEL that was not honoured: it
+// names a kernel that does not exist or that this CPU cannot run, so the
+// fastest one (Kernel) is used instead. It is nil when the variable is
+// unset or honoured. Programs that let users set the variable should show
+// this error rather than ignore it.
+func KernelOverrideError() error {
+	want := os.Getenv("RANDFLAKE_KERNEL")
+	if want == "" || want == activeKernel.name {
+		return nil
+	}
+	return fmt.Errorf("randflake: RANDFLAKE_KERNEL=%q is not a kernel this CPU can run (it can run %s); using %q",
+		want, strings.Join(Kernels(), ", "), activeKernel.name)
+}
 
 // Kernels lists the kernels this CPU can run, fastest first; "generic" is
 // always last.

@@ -107,3 +107,23 @@ func expectedKernels() []string {
 	slices.Sort(want)
 	return want
 }
+
+func TestKernelOverrideError(t *testing.T) {
+	saved := activeKernel
+	defer func() { activeKernel = saved }()
+	t.Setenv("RANDFLAKE_KERNEL", "")
+	if err := KernelOverrideError(); err != nil {
+		t.Errorf("unset: %v", err)
+	}
+	t.Setenv("RANDFLAKE_KERNEL", "bogus")
+	activeKernel = selectKernel("bogus")
+	err := KernelOverrideError()
+	if err == nil || !strings.Contains(err.Error(), `"bogus"`) || !strings.Contains(err.Error(), activeKernel.name) {
+		t.Errorf("bogus kernel: %v; want an error naming it and the kernel used", err)
+	}
+	t.Setenv("RANDFLAKE_KERNEL", "generic")
+	activeKernel = selectKernel("generic")
+	if err := KernelOverrideError(); err != nil {
+		t.Errorf("generic forced: %v", err)
+	}
+}

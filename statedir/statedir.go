@@ -161,8 +161,9 @@ type Options struct {
 
 // Dir is an open state directory.
 type Dir struct {
-	path   string
-	secret []byte
+	path    string
+	secret  []byte
+	created bool // Open created the secret
 }
 
 // DefaultPath returns the default state directory of the current user:
@@ -239,6 +240,7 @@ func Open(path string) (*Dir, error) {
 			if err := writeDurably(secretPath, []byte(hex.EncodeToString(d.secret)+"\n")); err != nil {
 				return err
 			}
+			d.created = true
 			// No ID was ever issued under the new secret: its history is
 			// complete, and empty. (A crash before this write leaves a
 			// secret without a state file: unknown history, waited out.)
@@ -250,6 +252,10 @@ func Open(path string) (*Dir, error) {
 	}
 	return d, nil
 }
+
+// Created reports whether Open created the directory's secret: this is
+// the directory's first use. Commands tell their user so, and where.
+func (d *Dir) Created() bool { return d.created }
 
 // Path returns the directory's path.
 func (d *Dir) Path() string { return d.path }

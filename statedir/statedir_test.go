@@ -69,6 +69,12 @@ func TestOpenCreatesPrivateSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !d.Created() {
+		t.Error("Created() is false on first use")
+	}
+	if d2, err := Open(path); err != nil || d2.Created() {
+		t.Errorf("second Open: Created() = %v, %v; want false", d2 != nil && d2.Created(), err)
+	}
 	if d.Path() != path || len(d.Secret()) != 16 {
 		t.Fatalf("path %q, secret of %d bytes", d.Path(), len(d.Secret()))
 	}
