@@ -41,9 +41,14 @@ type ShardedConfig struct {
 // Uniqueness never depends on which goroutine lands on which shard: every
 // node ID's (second, sequence) space is reserved atomically, and every
 // buffered ID is handed out at most once. Handed-out IDs carry a second no
-// more than one second behind the clock and inside the lease. When the
-// clock steps back, each node ID keeps issuing from the newest second it
-// has used while that second lasts (see Generator).
+// more than one second behind the clock and inside the lease. (The
+// clock of Generate is the coarse clock: in the few milliseconds after a
+// process is resumed from a stop, before the coarse clock's goroutine has
+// run, Generate may still hand out IDs buffered before the stop, carrying
+// seconds inside the lease as recorded; GenerateBatch reads the wall clock
+// and never does.) When the clock steps back, each node ID keeps issuing
+// from the newest second it has used while that second lasts (see
+// Generator).
 //
 // A Sharded is safe for concurrent use.
 type Sharded struct {
