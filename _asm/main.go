@@ -110,6 +110,23 @@ func loopGroups(n, src, dst Register, width int, counts []int, body func(k int))
 	Label("done")
 }
 
+// kernelLoop ends a kernel: its loop over groups of register sets, each
+// loaded from src, enciphered and stored to dst, then the return.
+func kernelLoop[S any](rk, n, src, dst Register, width int, counts []int, sets []S,
+	load func(S, Register), cipher func(Register, []S), store func(S, Register)) {
+	loopGroups(n, src, dst, width, counts, func(k int) {
+		for _, s := range sets[:k] {
+			load(s, src)
+		}
+		cipher(rk, sets[:k])
+		for _, s := range sets[:k] {
+			store(s, dst)
+		}
+	})
+	VZEROUPPER()
+	RET()
+}
+
 func zmm(i int) VecPhysical {
 	return []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15, Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}[i]
 }
@@ -414,17 +431,7 @@ func avx512Kernel(name string, enc bool) {
 			off: 256 * i,
 		})
 	}
-	loopGroups(n, src, dst, 32, zGroups, func(k int) {
-		for _, s := range sets[:k] {
-			zload(s, src)
-		}
-		cipher(rk, sets[:k])
-		for _, s := range sets[:k] {
-			zstore(s, dst)
-		}
-	})
-	VZEROUPPER()
-	RET()
+	kernelLoop(rk, n, src, dst, 32, zGroups, sets, zload, cipher, zstore)
 }
 
 // ---------------------------------------------------------------------------
@@ -668,15 +675,5 @@ func avx2Kernel(name string, enc bool) {
 			off: 128 * i,
 		})
 	}
-	loopGroups(n, src, dst, 16, yGroups, func(k int) {
-		for _, s := range sets[:k] {
-			yload(s, src)
-		}
-		cipher(rk, sets[:k])
-		for _, s := range sets[:k] {
-			ystore(s, dst)
-		}
-	})
-	VZEROUPPER()
-	RET()
+	kernelLoop(rk, n, src, dst, 16, yGroups, sets, yload, cipher, ystore)
 }
