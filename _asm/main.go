@@ -110,6 +110,22 @@ func loopGroups(n, src, dst Register, width int, counts []int, body func(k int))
 	Label("done")
 }
 
+// kernelHead begins a kernel: its declaration and documentation, and the
+// loading of its arguments. It returns the kernel's direction of the cipher.
+func kernelHead[S any](name string, enc bool, width int, requires string, encrypt, decrypt func(Register, []S)) (cipher func(Register, []S), rk, dst, src, n Register) {
+	TEXT(name, NOSPLIT, signature)
+	Pragma("noescape")
+	verb, cipher := "encrypts", encrypt
+	if !enc {
+		verb, cipher = "decrypts", decrypt
+	}
+	Doc(fmt.Sprintf("%s %s n IDs from src into dst, %d at a time.", name, verb, width),
+		fmt.Sprintf("n must be a positive multiple of %d; dst may equal src.", width),
+		"Requires "+requires+".")
+	rk, dst, src, n = loadArgs()
+	return cipher, rk, dst, src, n
+}
+
 // kernelLoop ends a kernel: its loop over groups of register sets, each
 // loaded from src, enciphered and stored to dst, then the return.
 func kernelLoop[S any](rk, n, src, dst Register, width int, counts []int, sets []S,
@@ -406,18 +422,7 @@ func zDecrypt(rk Register, sets []*zset) {
 }
 
 func avx512Kernel(name string, enc bool) {
-	TEXT(name, NOSPLIT, signature)
-	Pragma("noescape")
-	verb := "encrypts"
-	cipher := zEncrypt
-	if !enc {
-		verb = "decrypts"
-		cipher = zDecrypt
-	}
-	Doc(name+" "+verb+" n IDs from src into dst, 32 at a time.",
-		"n must be a positive multiple of 32; dst may equal src.",
-		"Requires AVX, AVX512F, AVX512BW, AVX512_VBMI and AVX512_VBMI2.")
-	rk, dst, src, n := loadArgs()
+	cipher, rk, dst, src, n := kernelHead(name, enc, 32, "AVX, AVX512F, AVX512BW, AVX512_VBMI and AVX512_VBMI2", zEncrypt, zDecrypt)
 	VMOVDQU64(zPermIn.Offset(0), zIn[0])
 	VMOVDQU64(zPermIn.Offset(64), zIn[1])
 	VMOVDQU64(zPermOut.Offset(0), zOut[0])
@@ -655,18 +660,7 @@ func yDecrypt(rk Register, sets []*yset) {
 }
 
 func avx2Kernel(name string, enc bool) {
-	TEXT(name, NOSPLIT, signature)
-	Pragma("noescape")
-	verb := "encrypts"
-	cipher := yEncrypt
-	if !enc {
-		verb = "decrypts"
-		cipher = yDecrypt
-	}
-	Doc(name+" "+verb+" n IDs from src into dst, 16 at a time.",
-		"n must be a positive multiple of 16; dst may equal src.",
-		"Requires AVX and AVX2.")
-	rk, dst, src, n := loadArgs()
+	cipher, rk, dst, src, n := kernelHead(name, enc, 16, "AVX and AVX2", yEncrypt, yDecrypt)
 	var sets []*yset
 	for i := 0; i < yGroups[0]; i++ {
 		sets = append(sets, &yset{
