@@ -2,10 +2,8 @@ module github.com/randflake/randflake/etcdlease
 
 go 1.26.0
 
-replace github.com/randflake/randflake => ../
-
 require (
-	github.com/randflake/randflake v0.0.0-00010101000000-000000000000
+	github.com/randflake/randflake v0.2.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3

@@ -2,16 +2,11 @@ module github.com/randflake/randflake/cmd/randflake
 
 go 1.26.0
 
-replace (
-	github.com/randflake/randflake => ../..
-	github.com/randflake/randflake/etcdlease => ../../etcdlease
-)
-
 require (
 	github.com/klauspost/cpuid/v2 v2.4.2
 	github.com/prometheus/client_golang v1.25.0
-	github.com/randflake/randflake v0.0.0-00010101000000-000000000000
-	github.com/randflake/randflake/etcdlease v0.0.0-00010101000000-000000000000
+	github.com/randflake/randflake v0.2.0
+	github.com/randflake/randflake/etcdlease v0.2.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/zap v1.28.0
