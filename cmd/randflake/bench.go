@@ -16,13 +16,15 @@ import (
 	"github.com/randflake/randflake"
 )
 
-const benchUsage = `bench [--json]
+const benchUsage = `bench [--json] [--quick]
 
 Prints this CPU's brand, features and microarchitecture level, the kernel
 randflake selects, and ns per ID for every kernel the CPU supports: one
 block, batches of 1,024, and the sharded generator (single ID, batch,
 parallel). Each kernel is measured in a child process started with
-RANDFLAKE_KERNEL set. Takes about 2 seconds per kernel.`
+RANDFLAKE_KERNEL set. Takes about 7 seconds per kernel (five figures of
+about 1.3 s each); with --quick, under half a second per kernel. A
+$RANDFLAKE_KERNEL this CPU cannot run is reported on standard error.`
 
 // benchCmd is randflake bench: the kernels' speed on this machine.
 type benchCmd struct {
@@ -56,6 +58,7 @@ func (c *benchCmd) run(e *env, args []string) error {
 	if e.getenv(benchChildEnv) != "" {
 		return c.child(e)
 	}
+	warnKernel(e)
 	results, err := c.measure(e)
 	if err != nil {
 		return err

@@ -166,8 +166,8 @@ func TestServeLogFormatAndAccessLog(t *testing.T) {
 	if r := runBinary(t, "", secretEnv, "serve", "--log-format", "xml"); r.code != 2 || !strings.Contains(r.stderr, "--log-format") {
 		t.Errorf("--log-format xml: exit %d, %q", r.code, r.stderr)
 	}
-	if r := runBinary(t, "", secretEnv, "serve", "--help"); !strings.Contains(r.stderr, "-log-format") || !strings.Contains(r.stderr, "-access-log") {
-		t.Errorf("serve --help lacks the logging flags: %q", r.stderr)
+	if r := runBinary(t, "", secretEnv, "serve", "--help"); !strings.Contains(r.stdout, "-log-format") || !strings.Contains(r.stdout, "-access-log") {
+		t.Errorf("serve --help lacks the logging flags: %q", r.stdout)
 	}
 }
 

@@ -150,10 +150,20 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, r.code, r.stderr)
 		}
 	}
-	for _, args := range [][]string{{"--help"}, {"gen", "--help"}, {"inspect", "-h"}, {"serve", "--help"}, {"keygen", "--help"}, {"bench", "--help"}, {"load", "--help"}, {"uniqueid", "--help"}} {
+	// Help goes to standard output, for a pager.
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"help", "gen"}, {"help", "uniqueid", "gen"}, {"gen", "--help"}, {"inspect", "-h"},
+		{"serve", "--help"}, {"keygen", "--help"}, {"bench", "--help"}, {"load", "--help"}, {"uniqueid", "--help"}, {"uniqueid", "parse", "-h"},
+		{"completion", "--help"}, {"version", "--help"}} {
 		r := runBinary(t, "", secretEnv, args...)
-		if r.code != 0 || !strings.Contains(r.stderr, "usage") {
-			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "usage: randflake ") || r.stderr != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	// A usage error is said once, on standard error.
+	for _, args := range [][]string{{"gen", "-n", "abc"}, {"gen", "--bogus"}, {"inspect", "--bogus"}, {"uniqueid", "gen", "-n", "x"}} {
+		r := runBinary(t, "", secretEnv, args...)
+		if r.code != 2 || r.stdout != "" || strings.Count(r.stderr, "flag") != 1 || strings.Count(r.stderr, "\n") != 2 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
 		}
 	}
 }

@@ -1,28 +1,34 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 )
 
-// newFlags returns a flag set that reports errors as usage errors and
-// prints its help on stderr: "usage: randflake " and usage, then the
-// flags, if any.
-func newFlags(e *env, name, usage string) *flag.FlagSet {
+// newFlags returns a flag set for the subcommand name (after
+// "randflake"). It prints nothing on its own (exec prints the help): parseFlags turns its errors into usage
+// errors, which run prints once.
+func newFlags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("randflake "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		printUsage(e.stderr, usage)
-		hasFlags := false
-		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-		if hasFlags {
-			fmt.Fprintln(e.stderr)
-			fs.PrintDefaults()
-		}
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	return fs
+}
+
+// printHelp prints the help of a command: its usage text and its flags,
+// if any.
+func printHelp(w io.Writer, usage string, fs *flag.FlagSet) {
+	printUsage(w, usage)
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		fmt.Fprintln(w)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
 }
 
 // printUsage prints a command's usage text.
@@ -30,17 +36,52 @@ func printUsage(w io.Writer, usage string) {
 	fmt.Fprintf(w, "usage: randflake %s\n", usage)
 }
 
-// parseFlags parses args; a bad flag is a usage error (already printed by
-// the flag package).
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+// parseFlags parses args into fs and returns the arguments that are not
+// flags. Unless stopAtArg, flags may come before, between and after the
+// arguments; "--" ends the flags either way. A "-" followed by a digit is
+// an argument (a negative number), not a flag, unless it is the value of
+// the flag before it. -h and --help return flag.ErrHelp; a bad flag is a
+// usage error.
+func parseFlags(fs *flag.FlagSet, args []string, stopAtArg bool) ([]string, error) {
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(rest, args[i+1:]...), nil
+		case len(a) < 2 || a[0] != '-' || isDigit(a[1]):
+			if stopAtArg {
+				return append(rest, args[i:]...), nil
+			}
+			rest = append(rest, a)
+			continue
 		}
-		return usageError{err.Error()}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			if name == "h" || name == "help" {
+				return nil, flag.ErrHelp
+			}
+			return nil, usagef("flag provided but not defined: -%s", name)
+		}
+		if !hasValue {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				value = "true"
+			} else if i+1 < len(args) {
+				i++
+				value = args[i]
+			} else {
+				return nil, usagef("flag needs an argument: -%s", name)
+			}
+		}
+		if err := fs.Set(name, value); err != nil {
+			return nil, usagef("invalid value %q for flag -%s: %v", value, name, err)
+		}
 	}
-	return nil
+	return rest, nil
 }
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // noArgs is the usage error for arguments a command does not take.
 func noArgs(args []string) error {

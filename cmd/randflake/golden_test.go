@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/statedir"
 )
 
 // The golden tests run subcommands in-process, through env, and compare
@@ -34,7 +36,7 @@ type goldenCase struct {
 	name     string            // of the golden file, testdata/NAME.golden
 	args     []string          // after "randflake"; $DIR is the case's directory
 	stdin    string            // standard input
-	env      map[string]string // the environment; nil: goldenEnv
+	env      map[string]string // the environment, $DIR expanded; nil: goldenEnv
 	terminal bool              // whether standard input and output are terminals
 	// setup, if set, prepares the case's directory; check, if set, checks
 	// it afterwards.
@@ -99,6 +101,46 @@ func goldenCases() []goldenCase {
 		{name: "load-help", args: []string{"load", "--help"}},
 		{name: "load-remote", args: []string{"load", "--url", "http://example.com"}},
 		{name: "bench-help", args: []string{"bench", "--help"}},
+
+		{name: "help-gen", args: []string{"help", "gen"}},
+		{name: "help-uniqueid-parse", args: []string{"help", "uniqueid", "parse"}},
+		{name: "help-unknown", args: []string{"help", "nope"}},
+		{name: "help-too-deep", args: []string{"help", "gen", "x"}},
+		{name: "h", args: []string{"-h"}},
+		{name: "inspect-h", args: []string{"inspect", "-h"}},
+		{name: "uniqueid-parse-help", args: []string{"uniqueid", "parse", "--help"}},
+		{name: "gen-bad-value", args: []string{"gen", "-n", "abc"}},
+		{name: "gen-missing-value", args: []string{"gen", "--nodes", "7", "-n"}},
+		{name: "uniqueid-gen-bad-flag", args: []string{"uniqueid", "gen", "--bogus"}},
+		{name: "completion-bad", args: []string{"completion", "fish"}},
+		{name: "completion-none", args: []string{"completion"}},
+		{name: "version-extra", args: []string{"version", "x"}},
+
+		{name: "inspect-negative", args: []string{"inspect", "-4064785178339119907", "--json", "-1"}},
+		{name: "inspect-flags-after", args: []string{"inspect", goldenIDs[0], "--json"}},
+		{name: "inspect-dashdash", args: []string{"inspect", "--", "--json"}},
+		{name: "inspect-stdin-json", args: []string{"inspect"},
+			stdin: `["56t36f9dacqf4","6f4h8rlkekc5t","f76eqgtdllut"]` + "\n" + `[548540665548167133, -4064785178339119907, "+548540665548167133", true]` + "\n"},
+		{name: "inspect-stdin-json-empty", args: []string{"inspect"}, stdin: "[]\n"},
+		{name: "inspect-stdin-bad-json", args: []string{"inspect"}, stdin: `["56t36f9dacqf4",`},
+		{name: "inspect-secret-file", args: []string{"inspect", "--secret-file", "$DIR/secret", goldenIDs[0]},
+			env: map[string]string{}, setup: writeFile("secret", testSecretHex+"\n", 0o600)},
+		{name: "inspect-secret-file-env", args: []string{"inspect", goldenIDs[0]},
+			env: map[string]string{"RANDFLAKE_SECRET_FILE": "$DIR/secret"}, setup: writeFile("secret", testSecretHex+"\n", 0o600)},
+		{name: "inspect-state-dir", args: []string{"inspect", "+1"},
+			env: map[string]string{"RANDFLAKE_STATE_DIR": "$DIR/state"}, redact: redactFields},
+		{name: "gen-state-dir", args: []string{"gen", "--nodes", "7"},
+			env: map[string]string{"RANDFLAKE_STATE_DIR": "$DIR/state"}, redact: redactIDs},
+		{name: "gen-state-dir-again", args: []string{"gen", "--nodes", "7"},
+			env: map[string]string{"RANDFLAKE_STATE_DIR": "$DIR/state"}, redact: redactIDs,
+			setup: func(t *testing.T, dir string) {
+				if _, err := statedir.Open(filepath.Join(dir, "state")); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "uniqueid-parse-stdin", args: []string{"uniqueid", "parse"}, stdin: "aw6BNLExJklyqKErjVoWCgAAAAA\n aw6BNMAAAgcAAA28cpszJhVo\n"},
+		{name: "uniqueid-parse-terminal", args: []string{"uniqueid", "parse"}, terminal: true},
+		{name: "uniqueid-parse-empty", args: []string{"uniqueid", "parse"}, stdin: "\n"},
 	}
 }
 
@@ -141,6 +183,11 @@ func runGolden(t *testing.T, c goldenCase, dir string) string {
 	if vars == nil {
 		vars = goldenEnv
 	}
+	expanded := map[string]string{}
+	for k, v := range vars {
+		expanded[k] = strings.ReplaceAll(v, "$DIR", dir)
+	}
+	vars = expanded
 	var stdout, stderr bytes.Buffer
 	e := &env{
 		stdin:      strings.NewReader(c.stdin),
@@ -166,6 +213,29 @@ func runGolden(t *testing.T, c goldenCase, dir string) string {
 	fmt.Fprintf(&b, "$ %s\nexit status %d\n", strings.Join(append([]string{"randflake"}, c.args...), " "), code)
 	fmt.Fprintf(&b, "-- stdout --\n%s-- stderr --\n%s", out, strings.ReplaceAll(errs, dir, "$DIR"))
 	return b.String()
+}
+
+var idLine = regexp.MustCompile(`^[0-9a-v]{1,13}\n$`)
+
+// redactIDs replaces the one ID gen printed under a secret of its own.
+func redactIDs(t *testing.T, stdout string) string {
+	if !idLine.MatchString(stdout) {
+		t.Errorf("gen printed %q, want one ID", stdout)
+		return stdout
+	}
+	return "(an ID)\n"
+}
+
+var fieldsLine = regexp.MustCompile(`^1\t1\t\S+\tnode=\d+\tseq=\d+\n$`)
+
+// redactFields replaces the fields inspect printed for ID 1 under a
+// secret of its own.
+func redactFields(t *testing.T, stdout string) string {
+	if !fieldsLine.MatchString(stdout) {
+		t.Errorf("inspect printed %q, want the fields of ID 1", stdout)
+		return stdout
+	}
+	return "1\t1\t(fields)\n"
 }
 
 var secretLine = regexp.MustCompile(`^[0-9a-f]{32}\n$`)

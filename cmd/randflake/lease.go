@@ -23,6 +23,9 @@ import (
 type generatorFlags struct {
 	secret secretFlags
 	lease  leaseFlags
+	// plain makes the first use of the state directory a plain line on
+	// standard error rather than a log record.
+	plain bool
 }
 
 // register registers the flags; defaultClaim is the number of node IDs
@@ -39,7 +42,7 @@ func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger) (*l
 	if err := g.lease.check(); err != nil {
 		return nil, err
 	}
-	secret, err := g.secret.explicit(e)
+	secret, _, err := g.secret.explicit(e)
 	if err != nil {
 		return nil, err
 	}
@@ -48,13 +51,17 @@ func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger) (*l
 	if e.now != nil {
 		now = func() int64 { return e.now().Unix() }
 	}
+	created := func(dir string) { log.Warn(firstUseNotice, "dir", dir) }
+	if g.plain {
+		created = nil
+	}
 	switch {
 	case g.lease.nodes != "":
-		return g.lease.openStatic(ctx, log, secret, now)
+		return g.lease.openStatic(ctx, e, log, secret, now, created)
 	case g.lease.etcd != "":
 		return g.lease.openEtcd(ctx, log, secret)
 	}
-	return g.lease.openStateDir(ctx, log, secret)
+	return g.lease.openStateDir(ctx, e, log, secret, created)
 }
 
 // leaseFlags choose where the node IDs come from: the state directory
@@ -112,11 +119,12 @@ func parseNodeRange(s string) (first, last int64, err error) {
 }
 
 // openStatic makes a generator on the range of --nodes, under secret or,
-// if that is nil, the state directory's. now, if not nil, is its clock.
-func (l *leaseFlags) openStatic(ctx context.Context, log *slog.Logger, secret []byte, now func() int64) (*leased, error) {
+// if that is nil, the state directory's (created is as for openState).
+// now, if not nil, is its clock.
+func (l *leaseFlags) openStatic(ctx context.Context, e *env, log *slog.Logger, secret []byte, now func() int64, created func(string)) (*leased, error) {
 	if secret == nil {
 		var err error
-		if secret, err = stateSecret(); err != nil {
+		if secret, _, err = stateSecret(e, created); err != nil {
 			return nil, err
 		}
 		defer clear(secret)
@@ -160,9 +168,10 @@ func (l *leaseFlags) openEtcd(ctx context.Context, log *slog.Logger, secret []by
 
 // openStateDir claims node IDs (--claim, or else l.defaultClaim) from the
 // state directory, within ctx, saying on log while it waits. secret may be
-// nil: the directory's own secret is used then.
-func (l *leaseFlags) openStateDir(ctx context.Context, log *slog.Logger, secret []byte) (*leased, error) {
-	d, err := statedir.Open("")
+// nil: the directory's own secret is used then. created is as for
+// openState.
+func (l *leaseFlags) openStateDir(ctx context.Context, e *env, log *slog.Logger, secret []byte, created func(string)) (*leased, error) {
+	d, err := openState(e, created)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,11 @@
 //	randflake bench
 //	randflake serve [--listen ADDR] [--nodes FIRST-LAST | --etcd ENDPOINTS]
 //	randflake load --url URL
+//	randflake completion bash|zsh
+//	randflake version
+//	randflake help [COMMAND]
 //
-// Every subcommand takes --help. Exit status: 0 on success, 1 when the work
+// Every subcommand takes --help, which prints on standard output. Exit status: 0 on success, 1 when the work
 // failed (for inspect: when any ID could not be read), 2 on a usage error.
 package main
 
@@ -20,7 +23,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 func main() {
@@ -42,27 +48,31 @@ type env struct {
 }
 
 // run runs the subcommand args[0] names with the rest of args and returns
-// the exit status.
+// the exit status. Help goes to standard output; errors go to standard
+// error, once each.
 func run(e *env, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		topUsage(e.stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	c, ok := lookup(commands(), args[0])
-	if !ok {
-		fmt.Fprintf(e.stderr, "randflake: unknown command %q\n", args[0])
+	if len(args) == 0 {
 		topUsage(e.stderr)
 		return 2
 	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		args = append([]string{"help"}, args[1:]...)
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
+	}
+	c, ok := lookup(commands(), args[0])
+	if !ok {
+		fmt.Fprintf(e.stderr, "randflake: unknown command %q\n(see randflake --help)\n", args[0])
+		return 2
+	}
 	err := c.exec(e, c.name, args[1:])
+	var ue usageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.As(err, new(usageError)):
-		fmt.Fprintf(e.stderr, "randflake %s: %v\n(see randflake %s --help)\n", c.name, err, c.name)
+	case errors.As(err, &ue):
+		fmt.Fprintf(e.stderr, "randflake %s: %s\n(see randflake %s --help)\n", ue.path, ue.msg, ue.path)
 		return 2
 	case errors.Is(err, errReported):
 		return 1
@@ -85,6 +95,9 @@ func commands() []command {
 		{"bench", "measure the cipher kernels and generators on this CPU", benchUsage, func() subcommand { return new(benchCmd) }},
 		{"serve", "serve IDs over HTTP", serveUsage, func() subcommand { return new(serveCmd) }},
 		{"load", "load-test a running `randflake serve`", loadUsage, func() subcommand { return new(loadCmd) }},
+		{"completion", "shell completion script: bash or zsh", completionUsage, func() subcommand { return new(completionCmd) }},
+		{"version", "version, revision, Go version and kernel", versionUsage, func() subcommand { return new(versionCmd) }},
+		{"help", "help on a command", helpUsage, func() subcommand { return new(helpCmd) }},
 	}
 }
 
@@ -114,36 +127,99 @@ func lookup(table []command, name string) (command, bool) {
 	return command{}, false
 }
 
+// parent is a subcommand that runs subcommands of its own (uniqueid):
+// their table.
+type parent interface {
+	subcommands() []command
+}
+
 // exec parses args into a new subcommand's flags and runs it; path is its
-// name after "randflake" ("gen", "uniqueid parse").
+// name after "randflake" ("gen", "uniqueid parse"). With -h or --help it
+// prints the help on standard output and returns flag.ErrHelp. Usage
+// errors come back naming path, unless a subcommand named its own.
 func (c command) exec(e *env, path string, args []string) error {
 	sc := c.new()
-	fs := newFlags(e, path, c.usage)
+	fs := newFlags(path)
 	sc.flags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	_, isParent := sc.(parent)
+	rest, err := parseFlags(fs, args, isParent)
+	if errors.Is(err, flag.ErrHelp) {
+		printHelp(e.stdout, c.usage, fs)
 		return err
 	}
-	return sc.run(e, fs.Args())
+	if err == nil {
+		err = sc.run(e, rest)
+	}
+	var ue usageError
+	if errors.As(err, &ue) && ue.path == "" {
+		ue.path = path
+		return ue
+	}
+	return err
+}
+
+// help prints c's help, as --help does; path is its name after
+// "randflake".
+func (c command) help(w io.Writer, path string) {
+	fs := newFlags(path)
+	c.new().flags(fs)
+	printHelp(w, c.usage, fs)
 }
 
 func topUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: randflake <command> [flags] [args]")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nSecrets come from --secret-file, $RANDFLAKE_SECRET_FILE, $RANDFLAKE_SECRET (hex)")
-	fmt.Fprintln(w, "or the state directory ($RANDFLAKE_STATE_DIR); see randflake <command> --help.")
+	fmt.Fprintln(w, "\nFlags may come before or after the arguments; -- ends them. Secrets come")
+	fmt.Fprintln(w, "from --secret-file, $RANDFLAKE_SECRET_FILE, $RANDFLAKE_SECRET (hex) or the")
+	fmt.Fprintln(w, "state directory; see randflake help <command>, and randflake --version.")
+}
+
+const helpUsage = `help [COMMAND [SUBCOMMAND]]
+
+Prints the list of commands, or a command's help (as COMMAND --help does).`
+
+// helpCmd is randflake help: the list of commands or one's help.
+type helpCmd struct{ noFlags }
+
+func (c *helpCmd) run(e *env, args []string) error {
+	if len(args) == 0 {
+		topUsage(e.stdout)
+		return nil
+	}
+	table, path := commands(), ""
+	for i, name := range args {
+		cmd, ok := lookup(table, name)
+		if !ok {
+			return usagef("unknown command %q", strings.Join(args[:i+1], " "))
+		}
+		path = strings.TrimSpace(path + " " + name)
+		p, ok := cmd.new().(parent)
+		if i == len(args)-1 || !ok {
+			if i < len(args)-1 {
+				return usagef("%s has no subcommands", path)
+			}
+			cmd.help(e.stdout, path)
+			return nil
+		}
+		table = p.subcommands()
+	}
+	return nil
 }
 
 // usageError is a command-line mistake: exit status 2.
-type usageError struct{ msg string }
+type usageError struct {
+	msg  string
+	path string // the subcommand, after "randflake"; set by exec
+}
 
 // Error returns the message, which main prints with a pointer to --help.
 func (e usageError) Error() string { return e.msg }
 
 // usagef returns a usageError with a formatted message.
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error { return usageError{msg: fmt.Sprintf(format, args...)} }
 
 // errReported means the failure was already reported on stderr.
 var errReported = errors.New("reported")
@@ -156,4 +232,12 @@ func isTerminal(f any) bool {
 	}
 	st, err := file.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// warnKernel says on standard error when $RANDFLAKE_KERNEL names a kernel
+// this CPU cannot run, as the commands that generate or measure IDs do.
+func warnKernel(e *env) {
+	if err := randflake.KernelOverrideError(); err != nil {
+		fmt.Fprintln(e.stderr, err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/cmd/randflake/internal/server"
 	"github.com/randflake/randflake/statedir"
 )
@@ -108,6 +109,9 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 	log, err := newLogger(e.stderr, c.logFormat, slog.LevelInfo)
 	if err != nil {
 		return nil, err
+	}
+	if err := randflake.KernelOverrideError(); err != nil {
+		log.Warn("RANDFLAKE_KERNEL not honoured", "err", err)
 	}
 	cfg := &serveConfig{
 		log:       log,

@@ -10,13 +10,16 @@ import (
 )
 
 const uniqueIDUsage = `uniqueid gen [-n N] [--layout current|classic] [--addr IPV4]
-       randflake uniqueid parse TOKEN...`
+       randflake uniqueid parse [TOKEN...]
+
+randflake uniqueid gen | randflake uniqueid parse prints the fields of new
+tokens. See randflake uniqueid gen --help and randflake uniqueid parse --help.`
 
 // uniqueIDCmd is randflake uniqueid: it runs one of uniqueIDCommands.
 type uniqueIDCmd struct{ noFlags }
 
-// uniqueIDCommands is the table of uniqueid's own subcommands.
-func uniqueIDCommands() []command {
+// subcommands is the table of uniqueid's own subcommands.
+func (c *uniqueIDCmd) subcommands() []command {
 	return []command{
 		{"gen", "new tokens", uniqueIDGenUsage, func() subcommand { return new(uniqueIDGenCmd) }},
 		{"parse", "the fields of tokens", uniqueIDParseUsage, func() subcommand { return new(uniqueIDParseCmd) }},
@@ -25,10 +28,9 @@ func uniqueIDCommands() []command {
 
 func (c *uniqueIDCmd) run(e *env, args []string) error {
 	if len(args) == 0 {
-		printUsage(e.stderr, uniqueIDUsage)
 		return usagef("gen or parse expected")
 	}
-	sub, ok := lookup(uniqueIDCommands(), args[0])
+	sub, ok := lookup(c.subcommands(), args[0])
 	if !ok {
 		return usagef("unknown uniqueid command %q (gen or parse)", args[0])
 	}
@@ -87,16 +89,23 @@ func (c *uniqueIDGenCmd) generator() (interface{ Append([]byte) []byte }, error)
 	return nil, usagef("--layout must be current or classic")
 }
 
-const uniqueIDParseUsage = `uniqueid parse TOKEN...
+const uniqueIDParseUsage = `uniqueid parse [TOKEN...]
 
-Prints the fields of Apache mod_unique_id tokens in either layout.`
+Prints the fields of Apache mod_unique_id tokens in either layout. Without
+arguments the tokens are read from standard input, separated by white
+space (randflake uniqueid gen -n 5 | randflake uniqueid parse). Tokens that
+cannot be read are reported one by one and make the exit status 1. A token
+that begins with - must follow --.`
 
 // uniqueIDParseCmd is randflake uniqueid parse: the fields of tokens.
 type uniqueIDParseCmd struct{ noFlags }
 
 func (c *uniqueIDParseCmd) run(e *env, tokens []string) error {
 	if len(tokens) == 0 {
-		return usagef("no tokens given")
+		var err error
+		if tokens, err = readWords(e, "tokens"); err != nil {
+			return err
+		}
 	}
 	failed := false
 	for _, s := range tokens {
