@@ -79,7 +79,15 @@ func TestServeWithoutConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	env := []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + dir}
 	a := startServeEnv(t, env)
-	b := startServeEnv(t, env)
+	// b also has a RANDFLAKE_KERNEL it cannot honour, which it logs.
+	b := startServeEnv(t, append(slices.Clone(env), "RANDFLAKE_KERNEL=no-such-kernel"))
+	// The first use of the directory is logged, with its path, once.
+	if logA, logB := a.logs.String(), b.logs.String(); !strings.Contains(logA, firstUseNotice) || !strings.Contains(logA, dir) || strings.Contains(logB, firstUseNotice) {
+		t.Errorf("first use: logs of a:\n%s\nof b:\n%s", logA, logB)
+	}
+	if logA, logB := a.logs.String(), b.logs.String(); strings.Contains(logA, "RANDFLAKE_KERNEL") || !strings.Contains(logB, "RANDFLAKE_KERNEL not honoured") {
+		t.Errorf("RANDFLAKE_KERNEL: logs of a:\n%s\nof b:\n%s", logA, logB)
+	}
 	idsA, idsB := fetch(t, a, 500), fetch(t, b, 500)
 	all := append(slices.Clone(idsA), idsB...)
 	if checkUnique(t, all, 1000, nil); t.Failed() {
