@@ -71,11 +71,11 @@ func (g *Generator) now() int64 {
 
 // Generate returns a new encrypted ID.
 func (g *Generator) Generate() (int64, error) {
-	var raw [1]uint64
-	if _, _, err := g.reserveRun(&g.cursor, g.now(), raw[:], true); err != nil {
+	raw, err := g.reserveOne(&g.cursor, g.now(), g.TimeSource == nil)
+	if err != nil {
 		return 0, err
 	}
-	return int64(g.cipher.EncryptID(raw[0])), nil
+	return int64(g.cipher.EncryptID(raw)), nil
 }
 
 // GenerateString returns a new encrypted ID in its string form (see

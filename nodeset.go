@@ -56,6 +56,22 @@ func (r *nodeSet) reserveRun(cursor *atomic.Uint64, now int64, dst []uint64, one
 	return n, sec, nil
 }
 
+// reserveOne reserves one raw ID at second now. When now is a coarse
+// reading, a node may be ahead of it without the clock having stepped
+// back: a batch that read the wall clock moved it on. Its second used up,
+// that would look like a step back (ErrConsistencyViolation); the wall
+// clock decides then.
+func (r *nodeSet) reserveOne(cursor *atomic.Uint64, now int64, coarse bool) (uint64, error) {
+	var raw [1]uint64
+	_, _, err := r.reserveRun(cursor, now, raw[:], true)
+	if err == ErrConsistencyViolation && coarse {
+		if wall := wallNow(); wall > now {
+			_, _, err = r.reserveRun(cursor, wall, raw[:], true)
+		}
+	}
+	return raw[0], err
+}
+
 // reserve takes up to k sequence numbers at second now from the node
 // *cursor names, moving the cursor to another node of the set when that
 // one is used up.

@@ -229,11 +229,11 @@ func skipTo(ticket *atomic.Uint64, t uint64) {
 
 // generateDirect issues one ID without the buffer.
 func (s *Sharded) generateDirect(sh *shard, now int64) (int64, error) {
-	var raw [1]uint64
-	if _, _, err := s.reserveRun(&sh.node, now, raw[:], true); err != nil {
+	raw, err := s.reserveOne(&sh.node, now, s.timeSource == nil)
+	if err != nil {
 		return 0, err
 	}
-	return int64(s.cipher.EncryptID(raw[0])), nil
+	return int64(s.cipher.EncryptID(raw)), nil
 }
 
 // fill encrypts lap's IDs into its buffer, unless the buffer is being

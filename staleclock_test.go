@@ -72,3 +72,36 @@ func testBatchesIgnoreAStaleCoarseClock(t *testing.T) {
 		t.Errorf("a lease that ended 3s ago by the wall clock issued %d IDs (%v) while the coarse clock lagged", n, err)
 	}
 }
+
+// A batch reads the wall clock, a single ID the coarse one, which lags by
+// up to a tick at a second boundary. A node a batch has used up in the
+// wall clock's second is then ahead of the coarse reading: that is the
+// second being used up (ErrResourceExhausted), not the clock stepping back.
+func TestCoarseLagIsNoStepBack(t *testing.T) { forEachKernel(t, testCoarseLagIsNoStepBack) }
+
+func testCoarseLagIsNoStepBack(t *testing.T) {
+	secret := []byte("0123456789abcdef")
+	for round := 0; round < 3; round++ {
+		now := time.Now().Unix()
+		g, err := NewGenerator(3, now-60, now+60, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := NewSharded(ShardedConfig{Secret: secret, LastNode: 0, LeaseStart: now - 60, LeaseEnd: now + 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch := make([]int64, IDsPerSecond)
+		gn, _ := g.GenerateBatch(batch)
+		sn, _ := sh.GenerateBatch(batch)
+		coarseNow()
+		coarse.word.Store((time.Now().Unix()-1)<<1 | 1) // the coarse clock lags a second
+		if _, err := g.Generate(); err == ErrConsistencyViolation {
+			t.Fatalf("Generator.Generate after a batch of %d used the second up: %v, want ErrResourceExhausted", gn, err)
+		}
+		coarse.word.Store((time.Now().Unix()-1)<<1 | 1)
+		if _, err := sh.Generate(); err == ErrConsistencyViolation {
+			t.Fatalf("Sharded.Generate after a batch of %d used the second up: %v, want ErrResourceExhausted", sn, err)
+		}
+	}
+}
