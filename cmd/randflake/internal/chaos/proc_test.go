@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,34 @@ type proc struct {
 	err     error         // cmd.Wait's result, once done is closed
 }
 
+// spawns carries start requests to the one goroutine that starts every
+// child. It is locked to its OS thread for the life of the test binary:
+// the kernel sends a child its parent-death signal when the thread that
+// forked it ends, not the process, and Go may end a thread under a
+// goroutine that exits while locked to it.
+var spawns = make(chan spawnRequest)
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func init() {
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+		for r := range spawns {
+			r.done <- r.cmd.Start()
+		}
+	}()
+}
+
+// spawn starts cmd from the spawning thread.
+func spawn(cmd *exec.Cmd) error {
+	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
+	spawns <- r
+	return <-r.done
+}
+
 // startProc starts bin with args and env, appending its output to logPath.
 // A goroutine reaps it.
 func startProc(name, logPath string, env []string, bin string, args ...string) (*proc, error) {
@@ -38,7 +67,7 @@ func startProc(name, logPath string, env []string, bin string, args ...string) (
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		lf.Close()
 		return nil, err
 	}
