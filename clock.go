@@ -96,14 +96,6 @@ func runCoarseClock() {
 	}
 }
 
-// wallAtLeast returns the later of now, a coarse reading, and the wall
-// clock's second. Generators call it before refusing a lease that has not
-// started yet by the coarse clock, so that no call fails at a second the
-// wall clock has already reached.
-func wallAtLeast(now int64) int64 {
-	return max(now, time.Now().Unix())
-}
-
 // wallNow reads the wall clock's second directly, for the calls that pay
 // a clock reading once per batch: GenerateBatch and the refills of the
 // per-CPU and per-goroutine buffers. The coarse clock can lag by more than
@@ -111,7 +103,9 @@ func wallAtLeast(now int64) int64 {
 // stopped with SIGSTOP, the machine was suspended, the CPUs were starved);
 // batches must not carry such a stale second. wallNow also moves the
 // coarse clock on when it lags, so that the per-ID calls catch up at the
-// first batch or refill.
+// first batch or refill. Generators also call it before refusing a lease
+// that has not started yet by the coarse clock, so that no call fails at a
+// second the wall clock has already reached.
 func wallNow() int64 {
 	now := time.Now().Unix()
 	for {

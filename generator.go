@@ -64,7 +64,7 @@ func (g *Generator) now() int64 {
 	}
 	now := coarseNow()
 	if now < g.leaseStart {
-		now = wallAtLeast(now)
+		now = max(now, wallNow())
 	}
 	return now
 }

@@ -164,7 +164,7 @@ func (s *Sharded) idNow() (int64, error) {
 // ErrInvalidLease if that second is outside the lease.
 func (s *Sharded) inLease(now int64) (int64, error) {
 	if now < s.leaseStart && s.timeSource == nil {
-		now = wallAtLeast(now)
+		now = max(now, wallNow())
 	}
 	if now < s.leaseStart || now > s.leaseEnd.Load() {
 		return now, ErrInvalidLease
