@@ -404,14 +404,15 @@ func TestShardedRetire(t *testing.T) {
 	if got := s.retire(); got != 0 {
 		t.Errorf("second retire: %d, want 0", got)
 	}
-	for i := 0; i < 2*ringSize; i++ {
+	limit := s.maxBuffered()
+	for i := 0; i <= limit; i++ {
 		if _, err := s.Generate(); err != nil {
 			if err != ErrInvalidLease {
 				t.Fatalf("Generate after retire: %v", err)
 			}
 			break
 		}
-		if i == 2*ringSize-1 {
+		if i == limit {
 			t.Fatal("still issuing after retire beyond the buffers")
 		}
 	}

@@ -11,3 +11,9 @@ func (s *Sharded) pick() int {
 	h := uint64(uintptr(unsafe.Pointer(&x))>>12) * 0x9e3779b97f4a7c15
 	return int(h>>32) % len(s.shards)
 }
+
+// runtimeProcPin and runtimeProcUnpin stand in for the runtime's procPin
+// and procUnpin, which purego builds do not link to; nothing calls them
+// there, since Generate holds its slots with their mutex (lockedSlots).
+func runtimeProcPin() int { return 0 }
+func runtimeProcUnpin()   {}

@@ -3,6 +3,7 @@ package randflake
 import (
 	"errors"
 	"runtime"
+	"sync"
 	"sync/atomic"
 )
 
@@ -25,25 +26,31 @@ type ShardedConfig struct {
 	// process resumed after a stop never fills a batch with the second it
 	// was stopped in.
 	TimeSource func() int64
-	// Shards is the number of shards; 0 means one per CPU
-	// (runtime.GOMAXPROCS). It only affects contention.
+	// Shards is the number of node cursors GenerateBatch and Local
+	// handles reserve through; 0 means one per CPU (runtime.GOMAXPROCS).
+	// It only affects contention. Generate keeps one buffer per P
+	// whatever it is.
 	Shards int
 }
 
-// Sharded is a lock-free generator for a range of node IDs, with one shard
-// per CPU. Each shard reserves sequence numbers from its own node ID with
-// one atomic operation and encrypts them in batches on the SIMD kernel;
-// Generate hands them out from a per-shard buffer. When a node ID's
-// sequence space for the current second is used up, the shard moves to
-// another node ID of the range, so a process issues up to
+// Sharded is a lock-free generator for a range of node IDs. Generate hands
+// out IDs from a buffer per P (the runtime's processor, one per
+// GOMAXPROCS): the calling goroutine is pinned to its P while it takes an
+// ID, so the buffer needs no atomic operation per ID, and it is refilled
+// with one reservation and one SIMD encryption per slotSize IDs.
+// GenerateBatch reserves a run of sequence numbers with one atomic
+// operation per node ID used and encrypts the run in place. When a node
+// ID's sequence space for the current second is used up, the generator
+// moves to another node ID of the range, so a process issues up to
 // (LastNode-FirstNode+1) x 131,072 IDs per second.
 //
-// Uniqueness never depends on which goroutine lands on which shard: every
-// node ID's (second, sequence) space is reserved atomically, and every
-// buffered ID is handed out at most once. Handed-out IDs carry a second no
-// more than one second behind the clock and inside the lease. (The
-// clock of Generate is the coarse clock: in the few milliseconds after a
-// process is resumed from a stop, before the coarse clock's goroutine has
+// Uniqueness never depends on which goroutine runs where: every node ID's
+// (second, sequence) space is reserved atomically, and each buffered ID is
+// handed out at most once, because a P's buffer is only touched by the one
+// goroutine pinned to that P (see docs/design.md). Handed-out IDs carry a
+// second no more than one second behind the clock and inside the lease.
+// (The clock of Generate is the coarse clock: in the few milliseconds after
+// a process is resumed from a stop, before the coarse clock's goroutine has
 // run, Generate may still hand out IDs buffered before the stop, carrying
 // seconds inside the lease as recorded; GenerateBatch reads the wall clock
 // and never does.) When the clock steps back, each node ID keeps issuing
@@ -57,39 +64,39 @@ type Sharded struct {
 	cipher     *Sparx64
 	timeSource func() int64
 	shards     []*shard // allocated one by one, apart from each other
+	slots      []slot   // Generate's buffers, one per P at creation
+
+	// extra holds the buffers of Ps beyond len(slots), made when
+	// GOMAXPROCS grew after NewSharded; they are held with their mutex.
+	extra struct {
+		mu    sync.Mutex
+		slots []*slot // the slot of P len(slots)+i, or nil
+	}
 }
 
-// ringSize is the number of IDs a shard encrypts per batch for Generate.
-const ringSize = 512
-
-// shard is one CPU's share of a Sharded generator. Generate takes tickets
-// from ticket; ticket t is slot t%ringSize of lap t/ringSize, and lap L
-// lives in buffer L%2. While one buffer is being handed out, the other is
-// refilled, so callers rarely wait for encryption.
+// shard is one CPU's cursor into the node set: the node it reserves from.
 type shard struct {
-	ticket atomic.Uint64
-	_      [cacheLine - 8]byte
-
-	node atomic.Uint64 // index of the node this shard reserves from
-	buf  [2]lapBuffer
 	_    [cacheLine]byte
+	node atomic.Uint64 // index of the node this shard reserves from
+	_    [cacheLine - 8]byte
 }
 
-// lapBuffer holds one lap of encrypted IDs. stamp is lap+1 while the
-// buffer holds that lap's IDs, 0 when it holds none and stampWriting while
-// a filler rewrites it. Readers check stamp before and after reading an ID
-// (a sequence lock), so an ID is only handed out for the lap it was
-// encrypted for.
-type lapBuffer struct {
-	stamp   atomic.Uint64
-	filling atomic.Bool   // held by the one goroutine refilling the buffer
-	claimed atomic.Uint64 // highest lap+1 a filler has taken on
-	sec     atomic.Int64  // second of the IDs
-	count   atomic.Uint64 // number of valid IDs
-	ids     [ringSize]uint64
-}
+// slotSize is the number of IDs a P's buffer holds: one refill reserves
+// and encrypts that many.
+const slotSize = 512
 
-const stampWriting = ^uint64(0)
+// slot is the Generate buffer of one P. Its fields are read and written
+// only by the goroutine that holds it: the one pinned to the P, or the
+// holder of mu (see generateLocked).
+type slot struct {
+	_      [cacheLine]byte
+	pos, n int            // ids[pos:n] are still to be handed out
+	sec    int64          // their second
+	cursor *atomic.Uint64 // the node this slot reserves from (a shard's)
+	mu     sync.Mutex
+	ids    [slotSize]uint64
+	_      [cacheLine]byte
+}
 
 // NewSharded returns a sharded generator.
 func NewSharded(cfg ShardedConfig) (*Sharded, error) {
@@ -130,7 +137,27 @@ func newSharded(c *Sparx64, lease Lease, shards int, timeSource func() int64) *S
 		s.shards[i].node.Store(s.visit(uint64(i)))
 	}
 	s.spare.Store(uint64(n))
+	s.slots = make([]slot, runtime.GOMAXPROCS(0))
+	for i := range s.slots {
+		s.slots[i].cursor = &s.shards[i%n].node
+	}
 	return s
+}
+
+// extraSlot returns the slot of P p, one of those beyond len(s.slots).
+func (s *Sharded) extraSlot(p int) *slot {
+	s.extra.mu.Lock()
+	i := p - len(s.slots)
+	if i >= len(s.extra.slots) {
+		s.extra.slots = append(s.extra.slots, make([]*slot, i+1-len(s.extra.slots))...)
+	}
+	sl := s.extra.slots[i]
+	if sl == nil {
+		sl = &slot{cursor: &s.shards[p%len(s.shards)].node}
+		s.extra.slots[i] = sl
+	}
+	s.extra.mu.Unlock()
+	return sl
 }
 
 // now is the clock of batches and buffer refills: the TimeSource, or else
@@ -142,14 +169,25 @@ func (s *Sharded) now() int64 {
 	return s.timeSource()
 }
 
-// idNow is the clock of the per-ID calls (Generate on Sharded and Local):
-// the TimeSource, or else the coarse clock; with ErrInvalidLease outside
-// the lease (see inLease).
-func (s *Sharded) idNow() (int64, error) {
+// The clock of the per-ID calls (Generate on Sharded and Local) is the
+// TimeSource, or else the coarse clock, with ErrInvalidLease outside the
+// lease (see inLease). Its fast path, fastNow, is inlined into them;
+// idNowSlow is the rest.
+
+// fastNow is the coarse clock's second if it is fresh, inside the lease
+// and the generator's clock (no TimeSource).
+func (s *Sharded) fastNow() (int64, bool) {
 	now, ok := coarseFast()
+	return now, ok && s.timeSource == nil && now >= s.leaseStart && now <= s.leaseEnd.Load()
+}
+
+// idNowSlow is the per-ID clock with a TimeSource, a stale coarse clock or a reading
+// outside the lease.
+func (s *Sharded) idNowSlow() (int64, error) {
+	var now int64
 	if s.timeSource != nil {
 		now = s.timeSource()
-	} else if !ok {
+	} else {
 		now = coarseNow()
 	}
 	if now < s.leaseStart || now > s.leaseEnd.Load() {
@@ -172,124 +210,73 @@ func (s *Sharded) inLease(now int64) (int64, error) {
 	return now, nil
 }
 
-// Generate returns a new encrypted ID. It serves IDs from the calling CPU's
-// shard buffer, so the clock and the cipher are paid once per batch.
+// Generate returns a new encrypted ID. It serves IDs from the calling P's
+// buffer, so the clock and the cipher are paid once per slotSize IDs.
 func (s *Sharded) Generate() (int64, error) {
-	sh := s.shards[s.pick()]
-	now, err := s.idNow()
-	if err != nil {
-		return 0, err
+	// The clock is read before the slot is held: a TimeSource may block,
+	// and a pinned goroutine must not.
+	now, ok := s.fastNow()
+	if !ok {
+		var err error
+		if now, err = s.idNowSlow(); err != nil {
+			return 0, err
+		}
 	}
-	for attempt := 0; attempt < 3; attempt++ {
-		t := sh.ticket.Add(1) - 1
-		lap, i := t/ringSize, t%ringSize
-		b := &sh.buf[lap&1]
-		if i == ringSize/2 {
-			// Half way through this lap: prepare the next one.
-			s.fill(sh, lap+1)
+	if !lockedSlots {
+		// Pinned to its P, the goroutine cannot be preempted or moved
+		// until it unpins: no other goroutine runs on the P meanwhile, so
+		// none can touch the P's slot.
+		if p := runtimeProcPin(); p < len(s.slots) {
+			sl := &s.slots[p]
+			if sl.pos < sl.n && sl.sec >= now-1 {
+				id := sl.ids[sl.pos]
+				sl.pos++
+				runtimeProcUnpin()
+				return int64(id), nil
+			}
+			id, err := s.refill(sl, now)
+			runtimeProcUnpin()
+			return id, err
 		}
-		st := b.stamp.Load()
-		if st != lap+1 && st < lap+1 {
-			// Not filled yet (or a fill failed): fill it now unless
-			// another goroutine is at it.
-			s.fill(sh, lap)
-			st = b.stamp.Load()
-		}
-		if st != lap+1 {
-			break // being filled by another goroutine, or lapped
-		}
-		sec := b.sec.Load()
-		ok := i < b.count.Load()
-		var id uint64
-		if ok {
-			id = atomic.LoadUint64(&b.ids[i])
-		}
-		if b.stamp.Load() != lap+1 || !ok {
-			continue
-		}
-		if sec >= now-1 {
-			return int64(id), nil
-		}
-		// The buffered IDs are too old: jump to a lap two ahead, which
-		// reuses this buffer and is filled afresh.
-		skipTo(&sh.ticket, (lap+2)*ringSize)
+		runtimeProcUnpin()
 	}
-	return s.generateDirect(sh, now)
+	return s.generateLocked(now)
 }
 
-// skipTo moves a ticket counter forward to at least t.
-func skipTo(ticket *atomic.Uint64, t uint64) {
-	for {
-		cur := ticket.Load()
-		if cur >= t || ticket.CompareAndSwap(cur, t) {
-			return
+// generateLocked is Generate on a slot held with its mutex: every slot in
+// purego and race builds, and the extra slot of a P made after NewSharded
+// otherwise.
+func (s *Sharded) generateLocked(now int64) (int64, error) {
+	sl := s.lockSlot()
+	defer sl.mu.Unlock()
+	if sl.pos < sl.n && sl.sec >= now-1 {
+		id := sl.ids[sl.pos]
+		sl.pos++
+		return int64(id), nil
+	}
+	return s.refill(sl, now)
+}
+
+// refill empties sl, reserves and encrypts a new buffer and hands out its
+// first ID; the caller holds sl. With the wall clock, the reservation reads
+// it afresh (a coarse reading may be stale after a stop); with a
+// TimeSource it uses now, the caller's reading, so as not to call the
+// TimeSource while holding the slot.
+func (s *Sharded) refill(sl *slot, now int64) (int64, error) {
+	sl.pos, sl.n = 0, 0
+	if s.timeSource == nil {
+		var err error
+		if now, err = s.inLease(wallNow()); err != nil {
+			return 0, err
 		}
 	}
-}
-
-// generateDirect issues one ID without the buffer.
-func (s *Sharded) generateDirect(sh *shard, now int64) (int64, error) {
-	raw, err := s.reserveOne(&sh.node, now, s.timeSource == nil)
-	if err != nil {
-		return 0, err
-	}
-	return int64(s.cipher.EncryptID(raw)), nil
-}
-
-// fill encrypts lap's IDs into its buffer, unless the buffer is being
-// filled or lap has been taken on already.
-func (s *Sharded) fill(sh *shard, lap uint64) {
-	b := &sh.buf[lap&1]
-	if !b.filling.CompareAndSwap(false, true) {
-		return
-	}
-	defer b.filling.Store(false)
-	if b.claimed.Load() >= lap+1 {
-		return
-	}
-	b.claimed.Store(lap + 1)
-	// Swap, not Store: a read-modify-write orders the ID writes below after
-	// it on every architecture, so a reader that sees the old stamp after
-	// reading an ID has not read a new one.
-	b.stamp.Swap(stampWriting)
-	now, err := s.inLease(s.now())
-	var count uint64
-	var sec int64
-	if err == nil {
-		count, sec = s.encryptLap(sh, now, b)
-	}
-	b.sec.Store(sec)
-	b.count.Store(count)
-	if count == 0 {
-		b.stamp.Store(0)
-		return
-	}
-	b.stamp.Store(lap + 1)
-}
-
-// encryptLap reserves up to ringSize sequence numbers at second now and
-// writes their encrypted IDs into b.
-func (s *Sharded) encryptLap(sh *shard, now int64, b *lapBuffer) (count uint64, sec int64) {
-	// Under the race detector the IDs are written with atomic stores, as
-	// readers of the previous lap may still be reading them; otherwise
-	// they are written in place and the stamp protocol guards the readers.
-	var scratch *[ringSize]uint64
-	if raceEnabled {
-		scratch = new([ringSize]uint64)
-	} else {
-		scratch = &b.ids
-	}
-	n, sec, _ := s.reserveRun(&sh.node, now, scratch[:], true)
+	n, sec, err := s.reserveRun(sl.cursor, now, sl.ids[:], true)
 	if n == 0 {
-		return 0, 0
+		return 0, err
 	}
-	s.cipher.EncryptIDs(scratch[:n], scratch[:n])
-	if raceEnabled {
-		for j := 0; j < n; j++ {
-			atomic.StoreUint64(&b.ids[j], scratch[j])
-		}
-	}
-	return uint64(n), sec
+	s.cipher.EncryptIDs(sl.ids[:n], sl.ids[:n])
+	sl.pos, sl.n, sl.sec = 1, n, sec
+	return int64(sl.ids[0]), nil
 }
 
 // GenerateString returns a new encrypted ID in its string form.

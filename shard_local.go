@@ -26,9 +26,12 @@ func (s *Sharded) NewLocal() *Local { return &Local{s: s} }
 
 // Generate returns a new encrypted ID.
 func (l *Local) Generate() (int64, error) {
-	now, err := l.s.idNow()
-	if err != nil {
-		return 0, err
+	now, ok := l.s.fastNow()
+	if !ok {
+		var err error
+		if now, err = l.s.idNowSlow(); err != nil {
+			return 0, err
+		}
 	}
 	if l.pos < l.n && l.sec >= now-1 {
 		id := l.ids[l.pos]
