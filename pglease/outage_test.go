@@ -162,3 +162,41 @@ func TestCutOff(t *testing.T) {
 	}
 	t.Logf("%d IDs (A %d before the cut, B %d, A %d after), none twice", len(check.seen), nA, len(idsB), len(idsA)-nA)
 }
+
+// The fence of docs/leases.md, run while a generator holds a block (as
+// after a restore that lost commits): the holder loses its claim at its
+// next renewal, and the next holder starts after the fence, past every
+// second the old one used.
+func TestFence(t *testing.T) {
+	t.Parallel()
+	srv := server(t)
+	pool := newPool(t, srv.dsn())
+	table := newTable(t, pool, "fence")
+	cfg := Config{Pool: pool, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew}
+	g1 := newLeased(t, cfg)
+	c1 := collect(g1)
+	time.Sleep(500 * time.Millisecond)
+	ctx := context.Background()
+	// TTL + MaxClockSkew + 1 s, rounded up.
+	if _, err := pool.Exec(ctx, `UPDATE `+table+`
+		SET used_until = GREATEST(used_until, extract(epoch FROM clock_timestamp())::bigint + 5),
+		holder = NULL, token = NULL, claimed_at = NULL, expires_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	fencedAt := time.Now()
+	g2 := newLeased(t, cfg)
+	c2 := collect(g2)
+	time.Sleep(300 * time.Millisecond)
+	ids2, ids1 := c2.stop(), c1.stop()
+	check := newIDCheck(t)
+	_, max1 := check.add("the holder before the fence", ids1, randflake.Lease{})
+	min2, _ := check.add("the holder after it", ids2, g2.Lease())
+	if len(ids2) == 0 || min2 <= max1 {
+		t.Errorf("after the fence: %d IDs from second %d; before it up to second %d", len(ids2), min2, max1)
+	}
+	if l := g1.Lease(); l.SameClaim(g2.Lease()) {
+		t.Errorf("both generators on %v", l)
+	}
+	t.Logf("the next holder started %v after the fence, at second %d (the old holder's last: %d); %d + %d IDs, none twice",
+		time.Since(fencedAt).Round(time.Millisecond), g2.Lease().Start, max1, len(ids1), len(ids2))
+}

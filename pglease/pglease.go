@@ -107,7 +107,7 @@ var (
 	// ErrNoFreeNodes: every block of node IDs is claimed.
 	ErrNoFreeNodes = errors.New("pglease: every node-ID block is claimed")
 	// ErrClockBehind: the free blocks were used up to a second too far
-	// ahead of this machine's clock to wait for.
+	// ahead of this machine's clock to wait for (more than 2 x TTL + 1s).
 	ErrClockBehind = errors.New("pglease: the node IDs' recorded second is too far ahead of this machine's clock")
 	// ErrCorrupt: a row holds a second outside the lifetime of Randflake
 	// IDs, which this package never writes.
@@ -575,8 +575,12 @@ func (s *Source) unclaim(c *claim) {
 func (s *Source) waitFor(ctx context.Context, c *claim) (int64, error) {
 	start := c.lease.Start
 	validity := s.ttl - 2*s.skew - margin(s.ttl)
+	// A holder records at most about TTL + MaxClockSkew ahead of the
+	// server's clock, and the fence of docs/leases.md as much plus a
+	// second; anything further ahead is a clock far behind.
+	limit := int64(2*s.ttl/time.Second) + 1
 	for {
-		if start-time.Now().Unix() > int64((s.ttl+validity)/time.Second)+1 {
+		if start-time.Now().Unix() > limit {
 			return 0, fmt.Errorf("%w: node IDs %d-%d used up to %s", ErrClockBehind, c.lease.FirstNode, c.lease.LastNode, formatSecond(start-1))
 		}
 		// Sleep until a renewal would cover start, or a third of the TTL,
