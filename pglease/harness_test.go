@@ -46,8 +46,8 @@ func TestMain(m *testing.M) {
 	}
 	pgBin = findPGBin()
 	if pgBin == "" {
-		noPGError = "no PostgreSQL server binaries (initdb, postgres) on PATH or under /usr/lib/postgresql/*/bin; install them (Debian: apt-get install postgresql)"
-		if os.Getenv("CI") != "" {
+		noPGError = "no PostgreSQL server binaries (initdb, postgres) in $RANDFLAKE_PGLEASE_BIN, on PATH or under /usr/lib/postgresql/*/bin; install them (Debian: apt-get install postgresql)"
+		if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
 			fmt.Fprintln(os.Stderr, "pglease tests: CI is set and "+noPGError)
 			os.Exit(1)
 		}
@@ -72,9 +72,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// findPGBin returns the directory holding initdb and postgres: on PATH, or
-// the newest /usr/lib/postgresql/VERSION/bin.
+// findPGBin returns the directory holding initdb and postgres: the one
+// $RANDFLAKE_PGLEASE_BIN names if set, else the one on PATH, else the
+// newest /usr/lib/postgresql/VERSION/bin.
 func findPGBin() string {
+	if d := os.Getenv("RANDFLAKE_PGLEASE_BIN"); d != "" {
+		_, e1 := os.Stat(filepath.Join(d, "initdb"))
+		_, e2 := os.Stat(filepath.Join(d, "postgres"))
+		if e1 != nil || e2 != nil {
+			return ""
+		}
+		return d
+	}
 	if p, err := exec.LookPath("initdb"); err == nil {
 		dir := filepath.Dir(p)
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
@@ -141,7 +150,11 @@ func ownServer(t *testing.T) *pgServer {
 
 // newPGServer runs initdb into a new temporary directory.
 func newPGServer() (*pgServer, error) {
-	dir, err := os.MkdirTemp("", "pglease-test-")
+	base := os.TempDir()
+	if os.Geteuid() == 0 && !othersCanEnter(base) {
+		base = "/tmp" // the postgres user must reach the directory
+	}
+	dir, err := os.MkdirTemp(base, "pglease-test-")
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +186,20 @@ func newPGServer() (*pgServer, error) {
 	s.port = ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	return s, nil
+}
+
+// othersCanEnter reports whether every directory from / to dir lets
+// other users through.
+func othersCanEnter(dir string) bool {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
 }
 
 // spawns carries start requests to the one goroutine that starts the
