@@ -120,6 +120,12 @@ func TestCutOff(t *testing.T) {
 	}
 	takenAt := time.Now()
 	nA, lastA := cA.count()
+	// From the claim's expiry on, another process could claim the node
+	// IDs (B may have had to wait for A's recorded second after that).
+	if expiry := cutAt.Add(expiresIn); !lastA.Before(expiry) {
+		t.Errorf("A issued an ID %v after the cut, when its claim had expired (%v after the cut) and its node IDs could pass to another process",
+			lastA.Sub(cutAt), expiresIn)
+	}
 	if !lastA.Before(takenAt) {
 		t.Fatalf("A issued an ID at %v, after B took its node IDs over at %v", lastA, takenAt)
 	}

@@ -229,6 +229,17 @@ func TestRefusedWhenAllHeld(t *testing.T) {
 		t.Fatalf("third claimant: %v, want ErrNoFreeNodes", err)
 	}
 	t.Logf("third claimant: %v", err)
+	// A claimant whose scan is stale (the block looked free) is refused by
+	// the claim statement itself.
+	racer, _ := New(cfg)
+	for _, held := range []randflake.Lease{g1.Lease(), g2.Lease()} {
+		if l, ok, err := racer.claimSlot(ctx, slot{first: held.FirstNode, last: held.LastNode, until: randflake.Epoch, exists: true}, "racer"); ok || err != nil {
+			t.Fatalf("claim statement on the held block %v: %v, %v, %v; want it refused", held, l, ok, err)
+		}
+		if l, ok, err := racer.claimSlot(ctx, slot{first: held.FirstNode, last: held.LastNode, until: randflake.Epoch}, "racer"); ok || err != nil {
+			t.Fatalf("insert of the held block %v: %v, %v, %v; want it refused", held, l, ok, err)
+		}
+	}
 	wide := cfg
 	wide.Nodes = 32
 	ws, _ := New(wide)
