@@ -21,6 +21,9 @@ go test -race -count=1 ./...
 echo "== etcd lease module: vet and tests against an in-process etcd"
 (cd etcdlease && go vet ./... && go test -count=1 ./...)
 
+echo "== PostgreSQL lease module: vet and tests under -race against a PostgreSQL server the tests start (initdb, postgres)"
+(cd pglease && go vet ./... && go test -race -count=1 ./...)
+
 echo "== command module (randflake gen/inspect/serve/...): vet and tests under -race"
 (cd cmd/randflake && go vet ./... && go test -race -count=1 ./...)
 
