@@ -54,6 +54,8 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 			g := []string{
 				line("Sharded/Generate", jitter(10+50/speed[k]), "\t 0 B/op\t 0 allocs/op"),
 				line("Sharded/GenerateParallel", jitter(5+25/speed[k]), "\t 0 B/op\t 0 allocs/op"),
+				line("Local/Generate", jitter(3+45/speed[k]), "\t 0 B/op\t 0 allocs/op"),
+				line("Local/GenerateParallel", jitter(2+22/speed[k]), "\t 0 B/op\t 0 allocs/op"),
 			}
 			for _, n := range []int{64, 1024, 65536} {
 				per := jitter(1 + 50/speed[k])
@@ -61,12 +63,14 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 			}
 			run("generator", k, g)
 			var p []string
-			names := []string{"randflake.Sharded"}
+			names := []string{"randflake.Sharded", "randflake.Local"}
 			if k == kernels[0] {
-				names = append(names, "randflake.Generator", "rs/xid", "google/uuid.v4", "sony/sonyflake")
+				names = append(names, "randflake.Generator", "rs/xid", "google/uuid.v4", "google/uuid.v7",
+					"oklog/ulid.v2", "segmentio/ksuid", "bwmarrin/snowflake", "sony/sonyflake")
 			}
 			for i, name := range names {
-				base := map[string]float64{"randflake.Sharded": 12 + 50/speed[k], "randflake.Generator": 7000, "rs/xid": 64, "google/uuid.v4": 112, "sony/sonyflake": 38630}[name]
+				base := map[string]float64{"randflake.Sharded": 12 + 50/speed[k], "randflake.Local": 4 + 45/speed[k], "randflake.Generator": 7000, "rs/xid": 64, "google/uuid.v4": 112,
+					"google/uuid.v7": 180, "oklog/ulid.v2": 98, "segmentio/ksuid": 130, "bwmarrin/snowflake": 244, "sony/sonyflake": 38630}[name]
 				p = append(p, line("Generate/"+name, jitter(base), fmt.Sprintf("\t 0 B/op\t %d allocs/op", i%2)))
 				p = append(p, line("GenerateParallel/"+name, jitter(base/2), "\t 0 B/op\t 0 allocs/op"))
 			}
@@ -90,6 +94,20 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 		r.Machine.EmulationNote = "qemu"
 	}
 	r.Benchmarks = col.benchmarks()
+	return r
+}
+
+// oldResults strips from r what results saved by earlier versions of the
+// tool lack (Local, the service suite), as in a file of schema 1.
+func oldResults(r *Results) *Results {
+	var keep []*Benchmark
+	for _, b := range r.Benchmarks {
+		if b.Suite != "service" && !strings.Contains(b.Name, "Local") {
+			keep = append(keep, b)
+		}
+	}
+	r.Benchmarks = keep
+	r.Schema = 1
 	return r
 }
 
@@ -171,6 +189,67 @@ func TestRenderAndCheck(t *testing.T) {
 	}
 	if err := verify(options{resultsDir: results, report: report}); err != nil {
 		t.Errorf("verify: %v", err)
+	}
+}
+
+// TestRenderOldResults renders results saved before Local was measured
+// beside new ones: the missing rows say so, and the output checks out.
+func TestRenderOldResults(t *testing.T) {
+	dir := t.TempDir()
+	old := oldResults(fakeResults(t, "test-amd64-00000001", "amd64", []string{"avx2", "generic"}, false))
+	report, results := writeFake(t, dir, old, fakeResults(t, "test-amd64-00000002", "amd64", []string{"avx2", "generic"}, false))
+	b, err := os.ReadFile(filepath.Join(results, "test-amd64-00000001.json"))
+	if err != nil || !bytes.Contains(b, []byte(`"schema": 1,`)) {
+		t.Fatalf("the old file is not of schema 1: %v", err)
+	}
+	md, _ := os.ReadFile(report)
+	text := string(md)
+	oldPart, newPart, ok := strings.Cut(text, "## Machine test-amd64-00000002")
+	if !ok {
+		t.Fatal("no section for the new machine")
+	}
+	for _, want := range []string{
+		"- `Local.Generate` (library benchmark, one `Local` per goroutine): not measured in this run.\n",
+		"| `Local.Generate`, one goroutine | not measured | not measured |\n",
+		"| `Local.Generate`, RunParallel (one `Local` per goroutine) | not measured | not measured |\n",
+		"| **randflake `Local.Generate`** | avx2 | not measured | not measured | – |\n",
+	} {
+		if !strings.Contains(oldPart, want) {
+			t.Errorf("old machine's section lacks %q", want)
+		}
+	}
+	if strings.Contains(newPart, notMeasured) {
+		t.Error("the new machine's section has a row not measured")
+	}
+	for _, want := range []string{"`Sharded.Generate` ÷ `Local.Generate`, ns per ID: **", "| **randflake `Local.Generate`** | generic | "} {
+		if !strings.Contains(newPart, want) {
+			t.Errorf("new machine's section lacks %q", want)
+		}
+	}
+	svg, _ := os.ReadFile(filepath.Join(results, nsPerIDChartFile))
+	if n := bytes.Count(svg, []byte("Local.Generate: not measured in this run")); n != 1 {
+		t.Errorf("ns-per-ID chart: %d notes that Local was not measured, want 1", n)
+	}
+	if !bytes.Contains(svg, []byte("Local.Generate (one Local per goroutine) · avx2")) {
+		t.Error("ns-per-ID chart: no Local row")
+	}
+}
+
+func TestCheckResults(t *testing.T) {
+	if err := checkResults(fakeResults(t, "test-amd64-00000001", "amd64", []string{"avx2", "generic"}, false)); err != nil {
+		t.Fatalf("complete results: %v", err)
+	}
+	err := checkResults(oldResults(fakeResults(t, "test-amd64-00000001", "amd64", []string{"avx2", "generic"}, false)))
+	want := `no result for generator Local/Generate under kernel "avx2"
+no result for generator Local/GenerateParallel under kernel "avx2"
+no result for peers Generate/randflake.Local under kernel "avx2"
+no result for peers GenerateParallel/randflake.Local under kernel "avx2"
+no result for generator Local/Generate under kernel "generic"
+no result for generator Local/GenerateParallel under kernel "generic"
+no result for peers Generate/randflake.Local under kernel "generic"
+no result for peers GenerateParallel/randflake.Local under kernel "generic"`
+	if err == nil || err.Error() != want {
+		t.Errorf("results without Local: got\n%v\nwant\n%s", err, want)
 	}
 }
 
@@ -294,6 +373,20 @@ func TestPlan(t *testing.T) {
 	} {
 		if count[key] != want {
 			t.Errorf("%s: %d invocations, want %d", key, count[key], want)
+		}
+	}
+	for _, in := range inv {
+		var want string
+		switch {
+		case in.suite == "generator" && in.bench != "^BenchmarkGenerator$":
+			want = "^(BenchmarkSharded|BenchmarkLocal)$"
+		case in.suite == "peers" && in.kernel != "avx512":
+			want = `^BenchmarkGenerate(Parallel|Batch)?$/^randflake\.(Sharded|Local)$`
+		default:
+			continue
+		}
+		if in.bench != want {
+			t.Errorf("%s under %s: -test.bench %q, want %q", in.suite, in.kernel, in.bench, want)
 		}
 	}
 }

@@ -37,9 +37,10 @@ type invocation struct {
 
 // plan lists the invocations of one round. The cipher benchmarks run every
 // kernel themselves (kernel=NAME sub-benchmarks), so they run once, under the
-// default kernel. The generators run under every kernel in turn; the peers
-// do not depend on the kernel and run once, with randflake's rows of the
-// same harness repeated under the other kernels.
+// default kernel. The generators (Sharded and its per-goroutine Local) run
+// under every kernel in turn; the peers do not depend on the kernel and run
+// once, with randflake's Sharded and Local rows of the same harness repeated
+// under the other kernels.
 func plan(kernels []string) []invocation {
 	def := kernels[0]
 	inv := []invocation{
@@ -47,11 +48,11 @@ func plan(kernels []string) []invocation {
 		{"generator", "root", "^BenchmarkGenerator$", def},
 	}
 	for _, k := range kernels {
-		inv = append(inv, invocation{"generator", "root", "^BenchmarkSharded$", k})
+		inv = append(inv, invocation{"generator", "root", "^(BenchmarkSharded|BenchmarkLocal)$", k})
 	}
 	inv = append(inv, invocation{"peers", "peers", ".", def})
 	for _, k := range kernels[1:] {
-		inv = append(inv, invocation{"peers", "peers", `^BenchmarkGenerate(Parallel|Batch)?$/^randflake\.Sharded$`, k})
+		inv = append(inv, invocation{"peers", "peers", `^BenchmarkGenerate(Parallel|Batch)?$/^randflake\.(Sharded|Local)$`, k})
 	}
 	return inv
 }
