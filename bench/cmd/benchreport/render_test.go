@@ -81,6 +81,24 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 			run("peers", k, p)
 		}
 	}
+	// The service suite: one load run per mode, once per run.
+	for i, m := range serviceModes {
+		batch := map[string]float64{serviceBinary: 1 << 20, serviceJSON: 10000}[m.name]
+		if batch == 0 {
+			batch = 1
+		}
+		// Requests per second of each mode.
+		rate := map[string]float64{serviceBinary: 60, serviceJSON: 520, serviceSingle: 17000, servicePaced: 4990, serviceBare: 18500}[m.name]
+		out := fmt.Sprintf("requests %.0f\nBenchmarkService/%s-4 \t %.0f\t %.4g ns/op\t %.6g IDs/s\t %.6g req/s\t %.4g p50-ms\t %.4g p99-ms\n",
+			5*rate, m.name, 5*rate, 1e9/rate, rate*batch, rate, 0.3+0.1*float64(i), 1.5+0.1*float64(i))
+		l, err := parseServiceOutput([]byte(out), m.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := col.add("service", kernels[0], []resultLine{l}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := &Results{
 		Schema: schemaVersion,
 		Machine: Machine{
@@ -94,6 +112,10 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 		r.Machine.EmulationNote = "qemu"
 	}
 	r.Benchmarks = col.benchmarks()
+	r.Run.Service = &ServiceInfo{Serve: serveDisplay(), NodeIDs: serveNodeIDs}
+	for _, m := range serviceModes {
+		r.Find("service", serviceBenchmark(m.name), "").Command = loadDisplay(m, false)
+	}
 	return r
 }
 
@@ -108,6 +130,7 @@ func oldResults(r *Results) *Results {
 	}
 	r.Benchmarks = keep
 	r.Schema = 1
+	r.Run.Service = nil
 	return r
 }
 
@@ -338,9 +361,10 @@ func TestLoadResultsRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tc := range map[string]struct{ file, content string }{
-		"schema":        {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 1`, `"schema": 2`, 1)},
+		"schema 0":      {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 2`, `"schema": 0`, 1)},
+		"schema 3":      {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 2`, `"schema": 3`, 1)},
 		"file name":     {"other.json", string(good)},
-		"unknown field": {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 1`, `"schema": 1, "x": 1`, 1)},
+		"unknown field": {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 2`, `"schema": 2, "x": 1`, 1)},
 		"not json":      {"test-amd64-00000001.json", "{"},
 	} {
 		dir := t.TempDir()

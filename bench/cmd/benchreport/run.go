@@ -24,6 +24,7 @@ type runConfig struct {
 	Short     bool     // smoke mode
 	Exec      []string // runs each test binary through this, like go test -exec
 	Note      string   // free text about the machine, saved with the results
+	Service   serviceChoice
 	Log       io.Writer
 }
 
@@ -100,6 +101,12 @@ func runBenchmarks(cfg runConfig, raw io.Writer) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Built and checked before the rounds, so that a load command that
+	// cannot run the suite fails the run at once.
+	svc, err := prepareService(cfg)
+	if err != nil {
+		return nil, err
+	}
 	res.Machine.GoVersion, res.Machine.GoArchLevel = goVersion, level
 
 	fmt.Fprintf(raw, "machine: %s\ncpu-brand: %s\n", m.ID, m.CPU.Brand)
@@ -131,7 +138,23 @@ func runBenchmarks(cfg runConfig, raw io.Writer) (*Results, error) {
 				round+1, cfg.Count, in.suite, in.kernel, len(lines), time.Since(t).Seconds())
 		}
 	}
+	var svcResults []serviceResult
+	if svc != nil {
+		var err error
+		svcResults, res.Run.Service, err = svc.run(m.Kernels[0], raw)
+		if err != nil {
+			return nil, err
+		}
+		for _, sr := range svcResults {
+			if err := col.add("service", m.Kernels[0], []resultLine{sr.line}); err != nil {
+				return nil, err
+			}
+		}
+	}
 	res.Benchmarks = col.benchmarks()
+	for _, sr := range svcResults {
+		res.Find("service", sr.line.name, m.Kernels[0]).Command = sr.command
+	}
 	res.Run.LoadEnd = loadAverage()
 	res.Run.Seconds = int(time.Since(start).Seconds() + 0.5)
 	return res, nil
