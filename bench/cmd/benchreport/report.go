@@ -95,6 +95,10 @@ func markdown(rs []*Results, link func(string) string) []byte {
 	s.p("go run ./cmd/benchreport -short   # smoke test, as CI runs it: a few seconds of benchmarks into a temp dir, output checked")
 	s.p("```")
 	s.p("")
+	s.p("The first command also builds the `randflake` command and measures `randflake serve` under `randflake load`")
+	s.p("on loopback, once per run (about half a minute; `-service=false` leaves it out). `-short` measures the")
+	s.p("service for about a second per mode, and only where `randflake load` has every flag the suite needs.")
+	s.p("")
 	s.p("A run overwrites its machine's results. To add a machine, run the first command on it and commit")
 	s.p("`bench/results/<machine>.json`, `bench/results/<machine>.txt`, `BENCHMARKS.md` and `bench/results/*.svg`.")
 	s.p("`-count` and `-benchtime` change the repetitions (defaults %d and %s); `-note` saves a remark about the", defaultCount, defaultBenchtime)
@@ -251,6 +255,7 @@ func machineSection(s *section, r *Results, link func(string) string) {
 	cipherTables(s, r)
 	generatorTable(s, r)
 	peerTable(s, r)
+	serviceSection(s, r)
 	allResults(s, r)
 }
 
