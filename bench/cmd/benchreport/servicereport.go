@@ -52,7 +52,7 @@ func serviceSection(s *section, r *Results) {
 	}
 	s.table("lrrrrl", []string{"mode", "IDs/s", "requests/s", "p50 ms", "p99 ms", "command"}, rows)
 
-	s.p("Ratios (medians):")
+	s.p("Ratios:")
 	s.p("")
 	for _, l := range serviceRatios(r, info) {
 		s.p("- %s", l)
