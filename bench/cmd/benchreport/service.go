@@ -286,11 +286,12 @@ func (s *serviceSuite) load(m serviceMode, baseURL, kernel string, raw io.Writer
 
 // runningService is a started randflake serve.
 type runningService struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit status, once done
-	log  bytes.Buffer  // its output, to read once done
+	cmd   *exec.Cmd
+	url   string
+	state string        // its state directory, removed once it has stopped
+	done  chan struct{} // closed when the process has exited
+	err   error         // its exit status, once done
+	log   bytes.Buffer  // its output, to read once done
 }
 
 // start starts randflake serve on a free loopback port with a new state
@@ -302,14 +303,16 @@ func (s *serviceSuite) start() (*runningService, error) {
 	}
 	port, err := freePort()
 	if err != nil {
+		os.RemoveAll(state)
 		return nil, err
 	}
 	addr := net.JoinHostPort("127.0.0.1", port)
-	svc := &runningService{url: "http://" + addr, done: make(chan struct{})}
+	svc := &runningService{url: "http://" + addr, state: state, done: make(chan struct{})}
 	svc.cmd = s.command(context.Background(), s.bin, append([]string{"serve", "--listen", addr}, serveArgs...)...)
 	svc.cmd.Env = serviceEnv(os.Environ(), state)
 	svc.cmd.Stdout, svc.cmd.Stderr = &svc.log, &svc.log
 	if err := svc.cmd.Start(); err != nil {
+		os.RemoveAll(state)
 		return nil, err
 	}
 	go func() {
@@ -359,9 +362,11 @@ func (svc *runningService) waitReady(limit time.Duration) error {
 }
 
 // stop ends the service by its PID: SIGTERM, which lets it release its node
-// IDs, then a kill if it has not exited within 15 seconds. A service that
-// exits with an error is reported, with its output.
+// IDs, then a kill if it has not exited within 15 seconds; then it removes
+// the state directory. A service that exits with an error is reported, with
+// its output.
 func (svc *runningService) stop() error {
+	defer os.RemoveAll(svc.state)
 	select {
 	case <-svc.done:
 		return fmt.Errorf("randflake serve (pid %d) exited early: %v\n%s", svc.cmd.Process.Pid, svc.err, svc.log.Bytes())

@@ -159,6 +159,9 @@ func TestServiceStartStop(t *testing.T) {
 	if _, err := http.Get(svc.url + "/readyz"); err == nil {
 		t.Error("the service still answers after stop")
 	}
+	if _, err := os.Stat(svc.state); !os.IsNotExist(err) {
+		t.Errorf("state directory %s left behind: %v", svc.state, err)
+	}
 	if !strings.Contains(svc.log.String(), "lease released") {
 		t.Errorf("the service did not release its node IDs:\n%s", svc.log.Bytes())
 	}
