@@ -37,9 +37,22 @@ func newSharded(b *testing.B) *randflake.Sharded {
 // generates one ID and returns 8 bytes of it, which the benchmark folds into
 // a goroutine-local value so that nothing is optimised away and no shared
 // memory is written per ID.
+//
+// perGoroutine, when set, is for generators whose handles must not be shared
+// between goroutines: BenchmarkGenerateParallel calls it once instead of
+// make, and every goroutine calls the constructor it returns to get a
+// generating function of its own, all on the state perGoroutine set up.
 type generator struct {
-	name string
-	make func(b *testing.B) func() (uint64, error)
+	name         string
+	make         func(b *testing.B) func() (uint64, error)
+	perGoroutine func(b *testing.B) func() func() (uint64, error)
+}
+
+// localGen returns a function that generates IDs from a new Local handle
+// on s.
+func localGen(s *randflake.Sharded) func() (uint64, error) {
+	l := s.NewLocal()
+	return func() (uint64, error) { id, err := l.Generate(); return uint64(id), err }
 }
 
 func first8(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
@@ -48,11 +61,17 @@ var sink atomic.Uint64
 
 func generators() []generator {
 	return []generator{
-		{"randflake.Sharded", func(b *testing.B) func() (uint64, error) {
+		{name: "randflake.Sharded", make: func(b *testing.B) func() (uint64, error) {
 			s := newSharded(b)
 			return func() (uint64, error) { id, err := s.Generate(); return uint64(id), err }
 		}},
-		{"randflake.Generator", func(b *testing.B) func() (uint64, error) {
+		{name: "randflake.Local",
+			make: func(b *testing.B) func() (uint64, error) { return localGen(newSharded(b)) },
+			perGoroutine: func(b *testing.B) func() func() (uint64, error) {
+				s := newSharded(b)
+				return func() func() (uint64, error) { return localGen(s) }
+			}},
+		{name: "randflake.Generator", make: func(b *testing.B) func() (uint64, error) {
 			now := time.Now().Unix()
 			g, err := randflake.NewGenerator(1, now-10, now+24*3600, secret)
 			if err != nil {
@@ -69,33 +88,33 @@ func generators() []generator {
 				}
 			}
 		}},
-		{"bwmarrin/snowflake", func(b *testing.B) func() (uint64, error) {
+		{name: "bwmarrin/snowflake", make: func(b *testing.B) func() (uint64, error) {
 			n, err := snowflake.NewNode(1)
 			if err != nil {
 				b.Fatal(err)
 			}
 			return func() (uint64, error) { return uint64(n.Generate()), nil }
 		}},
-		{"sony/sonyflake", func(b *testing.B) func() (uint64, error) {
+		{name: "sony/sonyflake", make: func(b *testing.B) func() (uint64, error) {
 			sf, err := sonyflake.New(sonyflake.Settings{MachineID: func() (uint16, error) { return 1, nil }})
 			if err != nil {
 				b.Fatal(err)
 			}
 			return func() (uint64, error) { return sf.NextID() }
 		}},
-		{"rs/xid", func(b *testing.B) func() (uint64, error) {
+		{name: "rs/xid", make: func(b *testing.B) func() (uint64, error) {
 			return func() (uint64, error) { id := xid.New(); return first8(id[:]), nil }
 		}},
-		{"google/uuid.v4", func(b *testing.B) func() (uint64, error) {
+		{name: "google/uuid.v4", make: func(b *testing.B) func() (uint64, error) {
 			return func() (uint64, error) { id, err := uuid.NewRandom(); return first8(id[:]), err }
 		}},
-		{"google/uuid.v7", func(b *testing.B) func() (uint64, error) {
+		{name: "google/uuid.v7", make: func(b *testing.B) func() (uint64, error) {
 			return func() (uint64, error) { id, err := uuid.NewV7(); return first8(id[8:]), err }
 		}},
-		{"oklog/ulid.v2", func(b *testing.B) func() (uint64, error) {
+		{name: "oklog/ulid.v2", make: func(b *testing.B) func() (uint64, error) {
 			return func() (uint64, error) { id := ulid.Make(); return first8(id[8:]), nil }
 		}},
-		{"segmentio/ksuid", func(b *testing.B) func() (uint64, error) {
+		{name: "segmentio/ksuid", make: func(b *testing.B) func() (uint64, error) {
 			return func() (uint64, error) { id, err := ksuid.NewRandom(); return first8(id[12:]), err }
 		}},
 	}
@@ -122,14 +141,22 @@ func BenchmarkGenerate(b *testing.B) {
 }
 
 // BenchmarkGenerateParallel measures one ID per call from GOMAXPROCS
-// goroutines.
+// goroutines: on one shared generator, or on one handle per goroutine where
+// the generator has a per-goroutine constructor.
 func BenchmarkGenerateParallel(b *testing.B) {
 	for _, g := range generators() {
 		b.Run(g.name, func(b *testing.B) {
-			gen := g.make(b)
+			var newGen func() func() (uint64, error)
+			if g.perGoroutine != nil {
+				newGen = g.perGoroutine(b)
+			} else {
+				shared := g.make(b)
+				newGen = func() func() (uint64, error) { return shared }
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
+				gen := newGen()
 				var acc uint64
 				for pb.Next() {
 					v, err := gen()

@@ -124,17 +124,27 @@ func nsPerIDChart(rs []*Results) *barChart {
 				}
 			}
 		}
-		for _, k := range r.Machine.Kernels {
-			row := chartRow{Label: "Sharded.Generate · " + k}
-			if b := r.Find("peers", "Generate/randflake.Sharded", k); b != nil {
-				row.Bars = append(row.Bars, perIDBar(0, b))
+		local := false
+		for _, g := range []struct{ label, name string }{
+			{"Sharded.Generate", "randflake.Sharded"},
+			{"Local.Generate (one Local per goroutine)", "randflake.Local"},
+		} {
+			for _, k := range r.Machine.Kernels {
+				row := chartRow{Label: g.label + " · " + k}
+				if b := r.Find("peers", "Generate/"+g.name, k); b != nil {
+					row.Bars = append(row.Bars, perIDBar(0, b))
+				}
+				if b := r.Find("peers", "GenerateParallel/"+g.name, k); b != nil {
+					row.Bars = append(row.Bars, perIDBar(1, b))
+				}
+				if len(row.Bars) > 0 {
+					p.Rows = append(p.Rows, row)
+					local = local || g.name == "randflake.Local"
+				}
 			}
-			if b := r.Find("peers", "GenerateParallel/randflake.Sharded", k); b != nil {
-				row.Bars = append(row.Bars, perIDBar(1, b))
-			}
-			if len(row.Bars) > 0 {
-				p.Rows = append(p.Rows, row)
-			}
+		}
+		if !local && len(p.Rows) > 1 {
+			p.Note = "Local.Generate: " + notMeasured + " in this run"
 		}
 		row := chartRow{Label: "Generator.Generate (one node ID)"}
 		if b := r.Find("peers", "Generate/randflake.Generator", ""); b != nil {
@@ -246,7 +256,9 @@ func speedupRows(r *Results) (groups []string, rows [][]speedupRow) {
 	}
 	fixed("Sharded.Generate, one goroutine", "Sharded/Generate")
 	fixed("Sharded.Generate, RunParallel", "Sharded/GenerateParallel")
-	groups = append(groups, "Sharded generator (library benchmarks), RANDFLAKE_KERNEL forced")
+	fixed("Local.Generate, one goroutine", "Local/Generate")
+	fixed("Local.Generate, RunParallel", "Local/GenerateParallel")
+	groups = append(groups, "Sharded generator and its Local handle (library benchmarks), RANDFLAKE_KERNEL forced")
 	rows = append(rows, g)
 	return groups, rows
 }
@@ -270,7 +282,7 @@ func speedupChart(rs []*Results) *barChart {
 		RefLabel: "generic = 1×",
 		Footer: []string{
 			"Cipher rows: one run calls every kernel in turn (kernel=NAME sub-benchmarks).",
-			"Generator rows: the library's BenchmarkSharded run once per kernel, chosen with RANDFLAKE_KERNEL.",
+			"Generator rows: the library's BenchmarkSharded and BenchmarkLocal run once per kernel, chosen with RANDFLAKE_KERNEL.",
 		},
 	}
 	index := map[string]int{}

@@ -1,6 +1,7 @@
 // Command benchreport runs randflake's benchmarks (the Sparx-64 kernels,
 // every one the CPU supports; the generators under each kernel; the peer
-// comparison) on this machine, saves the results as
+// comparison; once per run, randflake serve under randflake load) on this
+// machine, saves the results as
 // bench/results/<machine>.json beside the raw, benchstat-compatible output,
 // and renders BENCHMARKS.md with SVG charts from every saved result.
 //
@@ -11,6 +12,9 @@
 //	go run ./cmd/benchreport -render    # render from bench/results/*.json only
 //	go run ./cmd/benchreport -short     # smoke test into a temp dir, checked
 //	go run ./cmd/benchreport -verify    # check the committed report is current
+//
+// -service=false leaves out the service suite. -short runs it, for about a
+// second per mode, only where randflake load has every flag it needs.
 //
 // Rendering needs nothing but the saved JSON files; the charts are drawn by
 // this program.
@@ -58,6 +62,8 @@ type options struct {
 	exec          string
 	note          string
 	allowEmulated bool
+	service       bool
+	serviceChoice serviceChoice // from service and short
 }
 
 func run(args []string) error {
@@ -74,6 +80,7 @@ func run(args []string) error {
 	fs.StringVar(&o.exec, "exec", "", "run the test binaries through this program, as go test -exec does (e.g. qemu-aarch64-static)")
 	fs.StringVar(&o.note, "note", "", "a remark about the machine, saved with the results and shown in the report")
 	fs.BoolVar(&o.allowEmulated, "allow-emulated", false, "save results even when running under an emulator (the report leaves them out)")
+	fs.BoolVar(&o.service, "service", true, "measure randflake serve under randflake load once per run (-short: only where load has every flag the suite needs, unless set)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,6 +89,13 @@ func run(args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.serviceChoice = serviceOff
+	switch {
+	case o.service && o.short && !set["service"]:
+		o.serviceChoice = serviceIfAvailable
+	case o.service:
+		o.serviceChoice = serviceOn
+	}
 	if o.short {
 		if !set["count"] {
 			o.count = 1
@@ -147,7 +161,7 @@ func config(o options, rootDir, benchDir, workDir string) runConfig {
 	return runConfig{
 		RootDir: rootDir, BenchDir: benchDir, WorkDir: workDir,
 		Count: o.count, Benchtime: o.benchtime, Short: o.short,
-		Exec: strings.Fields(o.exec), Note: o.note, Log: os.Stderr,
+		Exec: strings.Fields(o.exec), Note: o.note, Service: o.serviceChoice, Log: os.Stderr,
 	}
 }
 
@@ -258,7 +272,9 @@ func smokeRun(cfg runConfig, dir string) (*Results, error) {
 }
 
 // checkResults checks that a run measured what the report needs: every
-// kernel in the cipher and generator benchmarks, every peer.
+// kernel in the cipher and generator benchmarks (Sharded and Local), every
+// peer, every mode of the service suite when it ran. It is for new runs: saved results of older versions of this tool may
+// lack some rows, which the report then calls not measured.
 func checkResults(r *Results) error {
 	var errs []error
 	need := func(suite, name, kernel string) {
@@ -273,9 +289,18 @@ func checkResults(r *Results) error {
 		need("generator", "Sharded/Generate", k)
 		need("generator", "Sharded/GenerateParallel", k)
 		need("generator", "Sharded/GenerateBatch/n=65536", k)
+		need("generator", "Local/Generate", k)
+		need("generator", "Local/GenerateParallel", k)
 		need("peers", "Generate/randflake.Sharded", k)
 		need("peers", "GenerateParallel/randflake.Sharded", k)
+		need("peers", "Generate/randflake.Local", k)
+		need("peers", "GenerateParallel/randflake.Local", k)
 		need("peers", "GenerateBatch/randflake.Sharded/n=65536", k)
+	}
+	if r.Run.Service != nil {
+		for _, m := range serviceModes {
+			need("service", serviceBenchmark(m.name), def)
+		}
 	}
 	need("generator", "Generator/Generate", def)
 	for _, p := range []string{"randflake.Generator", "bwmarrin/snowflake", "sony/sonyflake", "rs/xid",

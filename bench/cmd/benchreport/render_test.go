@@ -54,6 +54,8 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 			g := []string{
 				line("Sharded/Generate", jitter(10+50/speed[k]), "\t 0 B/op\t 0 allocs/op"),
 				line("Sharded/GenerateParallel", jitter(5+25/speed[k]), "\t 0 B/op\t 0 allocs/op"),
+				line("Local/Generate", jitter(3+45/speed[k]), "\t 0 B/op\t 0 allocs/op"),
+				line("Local/GenerateParallel", jitter(2+22/speed[k]), "\t 0 B/op\t 0 allocs/op"),
 			}
 			for _, n := range []int{64, 1024, 65536} {
 				per := jitter(1 + 50/speed[k])
@@ -61,12 +63,14 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 			}
 			run("generator", k, g)
 			var p []string
-			names := []string{"randflake.Sharded"}
+			names := []string{"randflake.Sharded", "randflake.Local"}
 			if k == kernels[0] {
-				names = append(names, "randflake.Generator", "rs/xid", "google/uuid.v4", "sony/sonyflake")
+				names = append(names, "randflake.Generator", "rs/xid", "google/uuid.v4", "google/uuid.v7",
+					"oklog/ulid.v2", "segmentio/ksuid", "bwmarrin/snowflake", "sony/sonyflake")
 			}
 			for i, name := range names {
-				base := map[string]float64{"randflake.Sharded": 12 + 50/speed[k], "randflake.Generator": 7000, "rs/xid": 64, "google/uuid.v4": 112, "sony/sonyflake": 38630}[name]
+				base := map[string]float64{"randflake.Sharded": 12 + 50/speed[k], "randflake.Local": 4 + 45/speed[k], "randflake.Generator": 7000, "rs/xid": 64, "google/uuid.v4": 112,
+					"google/uuid.v7": 180, "oklog/ulid.v2": 98, "segmentio/ksuid": 130, "bwmarrin/snowflake": 244, "sony/sonyflake": 38630}[name]
 				p = append(p, line("Generate/"+name, jitter(base), fmt.Sprintf("\t 0 B/op\t %d allocs/op", i%2)))
 				p = append(p, line("GenerateParallel/"+name, jitter(base/2), "\t 0 B/op\t 0 allocs/op"))
 			}
@@ -75,6 +79,24 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 				p = append(p, line(fmt.Sprintf("GenerateBatch/randflake.Sharded/n=%d", n), per*float64(n), fmt.Sprintf("\t %.4g ns/ID\t 0 B/op\t 0 allocs/op", per)))
 			}
 			run("peers", k, p)
+		}
+	}
+	// The service suite: one load run per mode, once per run.
+	for i, m := range serviceModes {
+		batch := map[string]float64{serviceBinary: 1 << 20, serviceJSON: 10000}[m.name]
+		if batch == 0 {
+			batch = 1
+		}
+		// Requests per second of each mode.
+		rate := map[string]float64{serviceBinary: 60, serviceJSON: 520, serviceSingle: 17000, servicePaced: 4990, serviceBare: 18500}[m.name]
+		out := fmt.Sprintf("requests %.0f\nBenchmarkService/%s-4 \t %.0f\t %.4g ns/op\t %.6g IDs/s\t %.6g req/s\t %.4g p50-ms\t %.4g p99-ms\n",
+			5*rate, m.name, 5*rate, 1e9/rate, rate*batch, rate, 0.3+0.1*float64(i), 1.5+0.1*float64(i))
+		l, err := parseServiceOutput([]byte(out), m.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := col.add("service", kernels[0], []resultLine{l}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	r := &Results{
@@ -90,6 +112,25 @@ func fakeResults(t *testing.T, id, arch string, kernels []string, emulated bool)
 		r.Machine.EmulationNote = "qemu"
 	}
 	r.Benchmarks = col.benchmarks()
+	r.Run.Service = &ServiceInfo{Serve: serveDisplay(), NodeIDs: serveNodeIDs}
+	for _, m := range serviceModes {
+		r.Find("service", serviceBenchmark(m.name), "").Command = loadDisplay(m, false)
+	}
+	return r
+}
+
+// oldResults strips from r what results saved by earlier versions of the
+// tool lack (Local, the service suite), as in a file of schema 1.
+func oldResults(r *Results) *Results {
+	var keep []*Benchmark
+	for _, b := range r.Benchmarks {
+		if b.Suite != "service" && !strings.Contains(b.Name, "Local") {
+			keep = append(keep, b)
+		}
+	}
+	r.Benchmarks = keep
+	r.Schema = 1
+	r.Run.Service = nil
 	return r
 }
 
@@ -171,6 +212,91 @@ func TestRenderAndCheck(t *testing.T) {
 	}
 	if err := verify(options{resultsDir: results, report: report}); err != nil {
 		t.Errorf("verify: %v", err)
+	}
+}
+
+// TestRenderOldResults renders results saved before Local was measured
+// beside new ones: the missing rows say so, and the output checks out.
+func TestRenderOldResults(t *testing.T) {
+	dir := t.TempDir()
+	old := oldResults(fakeResults(t, "test-amd64-00000001", "amd64", []string{"avx2", "generic"}, false))
+	report, results := writeFake(t, dir, old, fakeResults(t, "test-amd64-00000002", "amd64", []string{"avx2", "generic"}, false))
+	b, err := os.ReadFile(filepath.Join(results, "test-amd64-00000001.json"))
+	if err != nil || !bytes.Contains(b, []byte(`"schema": 1,`)) {
+		t.Fatalf("the old file is not of schema 1: %v", err)
+	}
+	md, _ := os.ReadFile(report)
+	text := string(md)
+	oldPart, newPart, ok := strings.Cut(text, "## Machine test-amd64-00000002")
+	if !ok {
+		t.Fatal("no section for the new machine")
+	}
+	for _, want := range []string{
+		"- `Local.Generate` (library benchmark, one `Local` per goroutine): not measured in this run.\n",
+		"| `Local.Generate`, one goroutine | not measured | not measured |\n",
+		"| `Local.Generate`, RunParallel (one `Local` per goroutine) | not measured | not measured |\n",
+		"| **randflake `Local.Generate`** | avx2 | not measured | not measured | – |\n",
+	} {
+		if !strings.Contains(oldPart, want) {
+			t.Errorf("old machine's section lacks %q", want)
+		}
+	}
+	if strings.Contains(newPart, notMeasured) {
+		t.Error("the new machine's section has a row not measured")
+	}
+	for _, want := range []string{
+		"Not measured in this run, on CPU Test CPU test-amd64-00000001 (4 threads).",
+		"| binary batches of 1,048,576 IDs | not measured | not measured | not measured | not measured | `randflake load --url http://127.0.0.1:$PORT --batch 1048576 --concurrency 2 --format binary --duration 5s --benchfmt batch-binary` |\n",
+		"- **Binary batches of 1,048,576 IDs vs the ceiling:** not measured (the ceiling, 134,217,728 IDs/s: 1,024 node IDs × 131,072 IDs per second each, the most a service holding them can hand out).\n",
+		"- **Single IDs vs the bare net/http handler:** not measured (target ≥ 90%).\n",
+		"- **p99 latency at 5,000 requests/s:** not measured (target < 2 ms).\n",
+		"- **JSON vs binary batches:** not measured.\n",
+	} {
+		if !strings.Contains(oldPart, want) {
+			t.Errorf("old machine's service section lacks %q", want)
+		}
+	}
+	for _, want := range []string{
+		"on CPU Test CPU test-amd64-00000002 with 4 threads",
+		"| single IDs, paced at 5,000 requests/s | 4,990 | 4,990 | 0.6 | 1.8 | `randflake load --url http://127.0.0.1:$PORT --batch 1 --concurrency 8 --rate 5000 --duration 5s --benchfmt single-paced` |\n",
+		"- **Binary batches of 1,048,576 IDs vs the ceiling:** 62,914,600 IDs/s, 46.9% of the ceiling, 134,217,728 IDs/s: ",
+		"- **Single IDs vs the bare net/http handler:** 17,000 requests/s, 91.9% of the bare handler's 18,500 (target ≥ 90%: met).\n",
+		"- **p99 latency at 5,000 requests/s:** 1.8 ms, at 4,990 requests/s reached (target < 2 ms: met).\n",
+		"- **JSON vs binary batches:** 5,200,000 IDs/s, 8.27% of binary's 62,914,600 (binary 12.1× faster).\n",
+	} {
+		if !strings.Contains(newPart, want) {
+			t.Errorf("new machine's service section lacks %q", want)
+		}
+	}
+	for _, want := range []string{"`Sharded.Generate` ÷ `Local.Generate`, ns per ID: **", "| **randflake `Local.Generate`** | generic | "} {
+		if !strings.Contains(newPart, want) {
+			t.Errorf("new machine's section lacks %q", want)
+		}
+	}
+	svg, _ := os.ReadFile(filepath.Join(results, nsPerIDChartFile))
+	if n := bytes.Count(svg, []byte("Local.Generate: not measured in this run")); n != 1 {
+		t.Errorf("ns-per-ID chart: %d notes that Local was not measured, want 1", n)
+	}
+	if !bytes.Contains(svg, []byte("Local.Generate (one Local per goroutine) · avx2")) {
+		t.Error("ns-per-ID chart: no Local row")
+	}
+}
+
+func TestCheckResults(t *testing.T) {
+	if err := checkResults(fakeResults(t, "test-amd64-00000001", "amd64", []string{"avx2", "generic"}, false)); err != nil {
+		t.Fatalf("complete results: %v", err)
+	}
+	err := checkResults(oldResults(fakeResults(t, "test-amd64-00000001", "amd64", []string{"avx2", "generic"}, false)))
+	want := `no result for generator Local/Generate under kernel "avx2"
+no result for generator Local/GenerateParallel under kernel "avx2"
+no result for peers Generate/randflake.Local under kernel "avx2"
+no result for peers GenerateParallel/randflake.Local under kernel "avx2"
+no result for generator Local/Generate under kernel "generic"
+no result for generator Local/GenerateParallel under kernel "generic"
+no result for peers Generate/randflake.Local under kernel "generic"
+no result for peers GenerateParallel/randflake.Local under kernel "generic"`
+	if err == nil || err.Error() != want {
+		t.Errorf("results without Local: got\n%v\nwant\n%s", err, want)
 	}
 }
 
@@ -259,9 +385,10 @@ func TestLoadResultsRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tc := range map[string]struct{ file, content string }{
-		"schema":        {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 1`, `"schema": 2`, 1)},
+		"schema 0":      {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 2`, `"schema": 0`, 1)},
+		"schema 3":      {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 2`, `"schema": 3`, 1)},
 		"file name":     {"other.json", string(good)},
-		"unknown field": {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 1`, `"schema": 1, "x": 1`, 1)},
+		"unknown field": {"test-amd64-00000001.json", strings.Replace(string(good), `"schema": 2`, `"schema": 2, "x": 1`, 1)},
 		"not json":      {"test-amd64-00000001.json", "{"},
 	} {
 		dir := t.TempDir()
@@ -294,6 +421,20 @@ func TestPlan(t *testing.T) {
 	} {
 		if count[key] != want {
 			t.Errorf("%s: %d invocations, want %d", key, count[key], want)
+		}
+	}
+	for _, in := range inv {
+		var want string
+		switch {
+		case in.suite == "generator" && in.bench != "^BenchmarkGenerator$":
+			want = "^(BenchmarkSharded|BenchmarkLocal)$"
+		case in.suite == "peers" && in.kernel != "avx512":
+			want = `^BenchmarkGenerate(Parallel|Batch)?$/^randflake\.(Sharded|Local)$`
+		default:
+			continue
+		}
+		if in.bench != want {
+			t.Errorf("%s under %s: -test.bench %q, want %q", in.suite, in.kernel, in.bench, want)
 		}
 	}
 }

@@ -95,6 +95,10 @@ func markdown(rs []*Results, link func(string) string) []byte {
 	s.p("go run ./cmd/benchreport -short   # smoke test, as CI runs it: a few seconds of benchmarks into a temp dir, output checked")
 	s.p("```")
 	s.p("")
+	s.p("The first command also builds the `randflake` command and measures `randflake serve` under `randflake load`")
+	s.p("on loopback, once per run (about half a minute; `-service=false` leaves it out). `-short` measures the")
+	s.p("service for about a second per mode, and only where `randflake load` has every flag the suite needs.")
+	s.p("")
 	s.p("A run overwrites its machine's results. To add a machine, run the first command on it and commit")
 	s.p("`bench/results/<machine>.json`, `bench/results/<machine>.txt`, `BENCHMARKS.md` and `bench/results/*.svg`.")
 	s.p("`-count` and `-benchtime` change the repetitions (defaults %d and %s); `-note` saves a remark about the", defaultCount, defaultBenchtime)
@@ -152,10 +156,13 @@ func markdown(rs []*Results, link func(string) string) []byte {
 	s.p("- **Kernels.** The cipher benchmarks (`EncryptIDs`, `DecryptIDs`) call every kernel the CPU supports in one")
 	s.p("  run (`kernel=NAME` sub-benchmarks); a call of 1 or 2 IDs takes the scalar path in every kernel. The")
 	s.p("  generator benchmarks run once per kernel, chosen with `RANDFLAKE_KERNEL`. `Sparx64Block` is scalar.")
-	s.p("- **Generators.** The library's own benchmarks (`BenchmarkSharded`, `BenchmarkGenerator`) call the")
-	s.p("  generator directly. The peer harness (`bench/peers_test.go`) calls every generator, randflake's included,")
-	s.p("  through the same closure and folds 8 bytes of each ID into a goroutine-local value, so only its")
+	s.p("- **Generators.** The library's own benchmarks (`BenchmarkSharded`, `BenchmarkLocal`, `BenchmarkGenerator`)")
+	s.p("  call the generator directly. The peer harness (`bench/peers_test.go`) calls every generator, randflake's")
+	s.p("  included, through the same closure and folds 8 bytes of each ID into a goroutine-local value, so only its")
 	s.p("  figures compare generators with each other.")
+	s.p("- **`Local`.** `Sharded.NewLocal` returns a handle for one goroutine that hands out IDs from a private")
+	s.p("  buffer; it must not be shared. Under `RunParallel` every goroutine makes its own `Local` on one shared")
+	s.p("  `Sharded`, in the library benchmark and in the peer harness alike.")
 	s.p("- **Capped generators.** `bwmarrin/snowflake` (4,096 IDs per ms), `sony/sonyflake` (256 per 10 ms) and")
 	s.p("  randflake's one-node `Generator` (131,072 per second) wait when their sequence runs out: they measure")
 	s.p("  that cap, not CPU time.")
@@ -248,6 +255,7 @@ func machineSection(s *section, r *Results, link func(string) string) {
 	cipherTables(s, r)
 	generatorTable(s, r)
 	peerTable(s, r)
+	serviceSection(s, r)
 	allResults(s, r)
 }
 
@@ -277,16 +285,23 @@ func summary(s *section, r *Results) {
 		lines = append(lines, fmt.Sprintf("`Sharded.Generate` (library benchmark, %s): **%s ns** per ID on one goroutine, **%s ns** with RunParallel on %d threads.",
 			def, formatNumber(one.PerID().Median), formatNumber(par.PerID().Median), par.Procs))
 	}
+	if one != nil || r.Find("generator", "Local/Generate", "") != nil {
+		lines = append(lines, localSummary(r, def, one, par))
+	}
 	if n := largestBatch(r, "generator", "Sharded/GenerateBatch/n="); n > 0 {
 		if b := r.Find("generator", fmt.Sprintf("Sharded/GenerateBatch/n=%d", n), def); b != nil {
 			lines = append(lines, fmt.Sprintf("`Sharded.GenerateBatch`, %s per call (%s): **%s ns** per ID.", thousands(n), def, formatNumber(b.PerID().Median)))
 		}
 	}
 	hr, hp := r.Find("peers", "Generate/randflake.Sharded", def), r.Find("peers", "GenerateParallel/randflake.Sharded", def)
+	lr, lp := r.Find("peers", "Generate/randflake.Local", def), r.Find("peers", "GenerateParallel/randflake.Local", def)
 	if peers := peerNames(r); len(peers) > 0 && hr != nil {
 		best := r.Find("peers", "Generate/"+peers[0], "")
 		line := fmt.Sprintf("Fastest peer on one goroutine: `%s`, **%s ns** per ID; through the same harness `Sharded.Generate` takes %s ns (%s faster)",
 			peers[0], formatNumber(best.PerID().Median), formatNumber(hr.PerID().Median), formatRatio(best.PerID().Median/hr.PerID().Median))
+		if lr != nil {
+			line += fmt.Sprintf(", `Local.Generate` %s ns (%s faster)", formatNumber(lr.PerID().Median), formatRatio(best.PerID().Median/lr.PerID().Median))
+		}
 		bestPar := ""
 		var bestParV float64
 		for _, name := range peers {
@@ -297,6 +312,9 @@ func summary(s *section, r *Results) {
 		if bestPar != "" && hp != nil {
 			line += fmt.Sprintf(". With RunParallel: `%s` %s ns, `Sharded.Generate` %s ns (%s faster)",
 				bestPar, formatNumber(bestParV), formatNumber(hp.PerID().Median), formatRatio(bestParV/hp.PerID().Median))
+			if lp != nil {
+				line += fmt.Sprintf(", `Local.Generate` %s ns (%s faster)", formatNumber(lp.PerID().Median), formatRatio(bestParV/lp.PerID().Median))
+			}
 		}
 		lines = append(lines, line+".")
 	}
@@ -309,6 +327,27 @@ func summary(s *section, r *Results) {
 		s.p("- %s", l)
 	}
 	s.p("")
+}
+
+// notMeasured fills the cells of a row that a run did not measure; older
+// saved results lack some rows.
+const notMeasured = "not measured"
+
+// localSummary is the headline of Local.Generate under the default kernel,
+// with how many times longer Sharded.Generate (one, par) takes per ID.
+func localSummary(r *Results, def string, one, par *Benchmark) string {
+	lone, lpar := r.Find("generator", "Local/Generate", def), r.Find("generator", "Local/GenerateParallel", def)
+	if lone == nil || lpar == nil {
+		return "`Local.Generate` (library benchmark, one `Local` per goroutine): " + notMeasured + " in this run."
+	}
+	line := fmt.Sprintf("`Local.Generate` (library benchmark, %s, one `Local` per goroutine): **%s ns** per ID on one goroutine, **%s ns** with RunParallel on %d threads",
+		def, formatNumber(lone.PerID().Median), formatNumber(lpar.PerID().Median), lpar.Procs)
+	x1, ok1 := speedup(one, lone)
+	xp, okp := speedup(par, lpar)
+	if ok1 && okp {
+		line += fmt.Sprintf("; `Sharded.Generate` ÷ `Local.Generate`, ns per ID: **%s** on one goroutine, **%s** with RunParallel", formatRatio(x1), formatRatio(xp))
+	}
+	return line + "."
 }
 
 func cipherTables(s *section, r *Results) {
@@ -388,18 +427,24 @@ func metricOf(b *Benchmark) *Metric {
 
 func generatorTable(s *section, r *Results) {
 	ks := r.Machine.Kernels
-	type line struct{ label, name string }
+	type line struct {
+		label, name string
+		always      bool // shown as not measured when missing
+	}
 	lines := []line{
-		{"`Sharded.Generate`, one goroutine", "Sharded/Generate"},
-		{"`Sharded.Generate`, RunParallel", "Sharded/GenerateParallel"},
+		{"`Sharded.Generate`, one goroutine", "Sharded/Generate", false},
+		{"`Sharded.Generate`, RunParallel", "Sharded/GenerateParallel", false},
+		{"`Local.Generate`, one goroutine", "Local/Generate", true},
+		{"`Local.Generate`, RunParallel (one `Local` per goroutine)", "Local/GenerateParallel", true},
 	}
 	for _, b := range r.Benchmarks {
 		if b.Suite == "generator" && b.Kernel == ks[0] && strings.HasPrefix(b.Name, "Sharded/GenerateBatch/n=") {
 			n, _ := strconv.Atoi(strings.TrimPrefix(b.Name, "Sharded/GenerateBatch/n="))
-			lines = append(lines, line{fmt.Sprintf("`Sharded.GenerateBatch`, %s per call", thousands(n)), b.Name})
+			lines = append(lines, line{fmt.Sprintf("`Sharded.GenerateBatch`, %s per call", thousands(n)), b.Name, false})
 		}
 	}
 	var rows [][]string
+	measured := false
 	for _, l := range lines {
 		row := []string{l.label}
 		found := false
@@ -408,11 +453,17 @@ func generatorTable(s *section, r *Results) {
 			found = found || m != nil
 			row = append(row, formatMetric(m))
 		}
-		if found {
+		measured = measured || found
+		if !found && l.always {
+			for i := 1; i < len(row); i++ {
+				row[i] = notMeasured
+			}
+		}
+		if found || l.always {
 			rows = append(rows, row)
 		}
 	}
-	if len(rows) == 0 {
+	if !measured {
 		return
 	}
 	s.p("### Generators, library benchmarks, ns per ID")
@@ -433,6 +484,9 @@ func peerTable(s *section, r *Results) {
 	for _, k := range r.Machine.Kernels {
 		lines = append(lines, line{"**randflake `Sharded.Generate`**", k, "randflake.Sharded"})
 	}
+	for _, k := range r.Machine.Kernels {
+		lines = append(lines, line{"**randflake `Local.Generate`**", k, "randflake.Local"})
+	}
 	lines = append(lines, line{"randflake `Generator.Generate` (one node ID)", def, "randflake.Generator"})
 	for _, p := range peerNames(r) {
 		lines = append(lines, line{code(p), "", p})
@@ -442,6 +496,9 @@ func peerTable(s *section, r *Results) {
 	for _, l := range lines {
 		one := r.Find("peers", "Generate/"+l.name, l.kernel)
 		if one == nil {
+			if l.name == "randflake.Local" && r.Find("peers", "Generate/randflake.Sharded", "") != nil {
+				rows = append(rows, []string{l.label, l.kernel, notMeasured, notMeasured, "–"})
+			}
 			continue
 		}
 		row := []string{l.label, l.kernel, formatMetric(one.PerID())}

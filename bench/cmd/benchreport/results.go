@@ -11,8 +11,14 @@ import (
 )
 
 // schemaVersion is written into every results file; the renderer refuses
-// files of another version rather than misreading them.
-const schemaVersion = 1
+// files of other versions than it reads (oldestSchema to schemaVersion)
+// rather than misreading them. Version 2 added the service suite
+// (RunInfo.Service, Benchmark.Command); files of version 1 lack it, and
+// Local, and read as not measured there.
+const (
+	schemaVersion = 2
+	oldestSchema  = 1
+)
 
 // Results is everything one run of the tool measured on one machine. It is
 // saved as bench/results/<machine id>.json, beside the raw benchmark output.
@@ -34,14 +40,24 @@ type RunInfo struct {
 	LoadStart string `json:"load_start"` // /proc/loadavg before the run, when known
 	LoadEnd   string `json:"load_end"`   // and after it
 	Note      string `json:"note,omitempty"`
+	// Service is set when the run measured the service suite.
+	Service *ServiceInfo `json:"service,omitempty"`
+}
+
+// ServiceInfo describes the service that the service suite measured, once
+// per run: randflake serve on loopback, its own state directory.
+type ServiceInfo struct {
+	Serve   string `json:"serve"`    // the command that started it, $PORT for its port
+	NodeIDs int    `json:"node_ids"` // node IDs it claimed
 }
 
 // Benchmark is one benchmark (one full sub-benchmark name) under one forced
 // kernel, with every metric it reported.
 type Benchmark struct {
 	// Suite is "cipher" (EncryptIDs, DecryptIDs, Sparx64Block in the library),
-	// "generator" (Sharded, Generator in the library) or "peers" (the bench
-	// module's comparison harness).
+	// "generator" (Sharded, Local, Generator in the library), "peers" (the
+	// bench module's comparison harness) or "service" (randflake serve under
+	// randflake load, one sample per run).
 	Suite string `json:"suite"`
 	// Name is the benchmark name without the "Benchmark" prefix and the
 	// GOMAXPROCS suffix, e.g. "EncryptIDs/kernel=avx2/n=1024".
@@ -52,6 +68,9 @@ type Benchmark struct {
 	Kernel  string    `json:"kernel"`
 	Procs   int       `json:"procs"` // GOMAXPROCS
 	Metrics []*Metric `json:"metrics"`
+	// Command is the command that measured a service benchmark, $PORT for
+	// the service's port.
+	Command string `json:"command,omitempty"`
 }
 
 // Metric is one unit of one benchmark: every sample and their summary.
@@ -180,8 +199,8 @@ func loadResults(path string) (*Results, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
-	if r.Schema != schemaVersion {
-		return nil, fmt.Errorf("%s: schema %d, this tool reads %d", path, r.Schema, schemaVersion)
+	if r.Schema < oldestSchema || r.Schema > schemaVersion {
+		return nil, fmt.Errorf("%s: schema %d, this tool reads %d to %d", path, r.Schema, oldestSchema, schemaVersion)
 	}
 	if r.Machine.ID == "" || strings.ContainsAny(r.Machine.ID, `/\ `) {
 		return nil, fmt.Errorf("%s: bad machine id %q", path, r.Machine.ID)

@@ -24,6 +24,7 @@ type runConfig struct {
 	Short     bool     // smoke mode
 	Exec      []string // runs each test binary through this, like go test -exec
 	Note      string   // free text about the machine, saved with the results
+	Service   serviceChoice
 	Log       io.Writer
 }
 
@@ -37,9 +38,10 @@ type invocation struct {
 
 // plan lists the invocations of one round. The cipher benchmarks run every
 // kernel themselves (kernel=NAME sub-benchmarks), so they run once, under the
-// default kernel. The generators run under every kernel in turn; the peers
-// do not depend on the kernel and run once, with randflake's rows of the
-// same harness repeated under the other kernels.
+// default kernel. The generators (Sharded and its per-goroutine Local) run
+// under every kernel in turn; the peers do not depend on the kernel and run
+// once, with randflake's Sharded and Local rows of the same harness repeated
+// under the other kernels.
 func plan(kernels []string) []invocation {
 	def := kernels[0]
 	inv := []invocation{
@@ -47,11 +49,11 @@ func plan(kernels []string) []invocation {
 		{"generator", "root", "^BenchmarkGenerator$", def},
 	}
 	for _, k := range kernels {
-		inv = append(inv, invocation{"generator", "root", "^BenchmarkSharded$", k})
+		inv = append(inv, invocation{"generator", "root", "^(BenchmarkSharded|BenchmarkLocal)$", k})
 	}
 	inv = append(inv, invocation{"peers", "peers", ".", def})
 	for _, k := range kernels[1:] {
-		inv = append(inv, invocation{"peers", "peers", `^BenchmarkGenerate(Parallel|Batch)?$/^randflake\.Sharded$`, k})
+		inv = append(inv, invocation{"peers", "peers", `^BenchmarkGenerate(Parallel|Batch)?$/^randflake\.(Sharded|Local)$`, k})
 	}
 	return inv
 }
@@ -99,6 +101,12 @@ func runBenchmarks(cfg runConfig, raw io.Writer) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Built and checked before the rounds, so that a load command that
+	// cannot run the suite fails the run at once.
+	svc, err := prepareService(cfg)
+	if err != nil {
+		return nil, err
+	}
 	res.Machine.GoVersion, res.Machine.GoArchLevel = goVersion, level
 
 	fmt.Fprintf(raw, "machine: %s\ncpu-brand: %s\n", m.ID, m.CPU.Brand)
@@ -130,7 +138,23 @@ func runBenchmarks(cfg runConfig, raw io.Writer) (*Results, error) {
 				round+1, cfg.Count, in.suite, in.kernel, len(lines), time.Since(t).Seconds())
 		}
 	}
+	var svcResults []serviceResult
+	if svc != nil {
+		var err error
+		svcResults, res.Run.Service, err = svc.run(m.Kernels[0], raw)
+		if err != nil {
+			return nil, err
+		}
+		for _, sr := range svcResults {
+			if err := col.add("service", m.Kernels[0], []resultLine{sr.line}); err != nil {
+				return nil, err
+			}
+		}
+	}
 	res.Benchmarks = col.benchmarks()
+	for _, sr := range svcResults {
+		res.Find("service", sr.line.name, m.Kernels[0]).Command = sr.command
+	}
 	res.Run.LoadEnd = loadAverage()
 	res.Run.Seconds = int(time.Since(start).Seconds() + 0.5)
 	return res, nil
