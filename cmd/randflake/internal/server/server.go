@@ -99,6 +99,13 @@ type Config struct {
 	// (never the query string), status, body bytes, duration and remote
 	// address.
 	AccessLog *slog.Logger
+	// LeaseNodes, if set, returns the current lease's node range, for
+	// the randflake_lease_first_node and _last_node metrics.
+	LeaseNodes func() (first, last int64)
+	// LeaseRenewals, if set, returns how many renewals of the lease
+	// succeeded and failed, for the randflake_lease_renewals_total and
+	// randflake_lease_renewal_failures_total metrics.
+	LeaseRenewals func() (renewed, failed uint64)
 }
 
 // Server serves the ID API. Create it with New.
@@ -109,6 +116,7 @@ type Server struct {
 	issued  prometheus.Counter
 	batches prometheus.Histogram
 	errs    *prometheus.CounterVec
+	ops     opsMetrics
 	limited logLimiter
 }
 
@@ -156,6 +164,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := s.registerOps(); err != nil {
+		return nil, err
+	}
 	s.metrics = promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})
 	return s, nil
 }
@@ -172,8 +183,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 	s.route(rec, r)
+	d := time.Since(start)
+	s.observe(r.URL.Path, rec.status, d)
 	if s.cfg.AccessLog != nil {
-		s.logAccess(rec, r.Method, r.URL.Path, r.RemoteAddr, time.Since(start))
+		s.logAccess(rec, r.Method, r.URL.Path, r.RemoteAddr, d)
 	}
 }
 
