@@ -30,6 +30,9 @@
 //	unavailable         503     the generator is closed (shutting down)
 //	not_ready           503     GET /readyz without a valid lease
 //	internal            500     any other failure of the generator
+//
+// openapi.yaml (served at GET /openapi.yaml, embedded as OpenAPI)
+// describes every route, answer and error.
 package server
 
 import (
@@ -209,6 +212,10 @@ func (s *Server) route(w *recorder, r *http.Request) {
 	case "/metrics":
 		if s.method(w, r, "GET, HEAD") {
 			s.metrics.ServeHTTP(w, r)
+		}
+	case "/openapi.yaml":
+		if s.method(w, r, "GET, HEAD") {
+			s.openAPI(w, r)
 		}
 	default:
 		id, ok := strings.CutPrefix(p, "/v1/ids/")
