@@ -152,4 +152,3 @@ func TestServeMetrics(t *testing.T) {
 		}
 	}
 }
-
