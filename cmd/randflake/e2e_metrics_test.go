@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +18,7 @@ import (
 	"github.com/randflake/randflake/cmd/randflake/internal/server"
 
 	dto "github.com/prometheus/client_model/go"
+	"sigs.k8s.io/yaml"
 )
 
 // scrape fetches url's /metrics and parses it.
@@ -149,6 +155,155 @@ func TestServeMetrics(t *testing.T) {
 		got, ok := metricValue(mfs, c.name)
 		if !ok || got < c.min || got > c.max {
 			t.Errorf("%s = %v (present: %v), want %v to %v", c.name, got, ok, c.min, c.max)
+		}
+	}
+}
+
+// The alert rules (deploy/prometheus/alerts.yaml) and the dashboard
+// (deploy/grafana/dashboard.json) use only metrics a running serve
+// exports.
+func TestOperationsFilesUseExportedMetrics(t *testing.T) {
+	root := filepath.Join("..", "..")
+	if _, err := os.Stat(filepath.Join(root, "go.work")); err != nil {
+		t.Skip("not in the repository")
+	}
+	type query struct{ where, expr string }
+	var exprs []query
+	var rules struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert, Expr, For    string
+				Labels, Annotations map[string]string
+			}
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Strict: a misspelt field is an error, not an ignored setting.
+	if err := yaml.UnmarshalStrict(b, &rules); err != nil {
+		t.Fatalf("alerts.yaml: %v", err)
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("alerts.yaml, group %s: a rule without alert or expr: %+v", g.Name, r)
+			}
+			exprs = append(exprs, query{"alerts.yaml " + r.Alert, r.Expr})
+		}
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+		Templating struct {
+			List []struct {
+				Name       string
+				Definition string
+			}
+		}
+	}
+	b, err = os.ReadFile(filepath.Join(root, "deploy", "grafana", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard.json: %v", err)
+	}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("dashboard.json: panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			exprs = append(exprs, query{"dashboard.json panel " + p.Title, q.Expr})
+		}
+	}
+	for _, v := range dash.Templating.List {
+		if m := labelValues.FindStringSubmatch(v.Definition); m != nil {
+			exprs = append(exprs, query{"dashboard.json variable " + v.Name, m[1]})
+		}
+	}
+	if len(exprs) < 15 {
+		t.Fatalf("only %d expressions found: %+v", len(exprs), exprs)
+	}
+
+	p := startServe(t, "--nodes", "0-63")
+	exported := map[string]bool{}
+	for name, mf := range scrape(t, p.url) {
+		exported[name] = true
+		switch mf.GetType() {
+		case dto.MetricType_HISTOGRAM:
+			exported[name+"_bucket"], exported[name+"_count"], exported[name+"_sum"] = true, true, true
+		case dto.MetricType_SUMMARY:
+			exported[name+"_count"], exported[name+"_sum"] = true, true
+		}
+	}
+	used := map[string]bool{}
+	for _, q := range exprs {
+		names := promqlMetricNames(q.expr)
+		if len(names) == 0 {
+			t.Errorf("%s: no metric found in %s", q.where, q.expr)
+		}
+		for _, n := range names {
+			used[n] = true
+			if !exported[n] {
+				t.Errorf("%s: %s uses %s, which serve does not export", q.where, q.expr, n)
+			}
+		}
+	}
+	for _, n := range []string{"randflake_lease_seconds_remaining", "randflake_lease_renewal_failures_total", "http_request_duration_seconds_count", "http_request_duration_seconds_bucket"} {
+		if !used[n] {
+			t.Errorf("%s is in neither the alerts nor the dashboard", n)
+		}
+	}
+}
+
+var labelValues = regexp.MustCompile(`^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,`)
+
+var (
+	promqlStrings  = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'`)
+	promqlBraces   = regexp.MustCompile(`\{[^}]*\}|\[[^\]]*\]`)
+	promqlGrouping = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
+	promqlName     = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+	promqlKeywords = map[string]bool{"and": true, "or": true, "unless": true, "bool": true, "offset": true, "by": true, "without": true}
+)
+
+// promqlMetricNames returns the metric names a PromQL expression
+// selects: its identifiers outside strings, label matchers, ranges and
+// grouping clauses that are neither functions nor keywords.
+func promqlMetricNames(expr string) []string {
+	expr = promqlStrings.ReplaceAllString(expr, " ")
+	expr = promqlBraces.ReplaceAllString(expr, " ")
+	expr = promqlGrouping.ReplaceAllString(expr, " ")
+	var names []string
+	for _, loc := range promqlName.FindAllStringIndex(expr, -1) {
+		name := expr[loc[0]:loc[1]]
+		rest := strings.TrimLeft(expr[loc[1]:], " \t\n")
+		if promqlKeywords[name] || strings.HasPrefix(rest, "(") {
+			continue
+		}
+		if loc[0] > 0 && (expr[loc[0]-1] == '.' || '0' <= expr[loc[0]-1] && expr[loc[0]-1] <= '9') {
+			continue // the exponent or unit of a number: 1e6, 5m
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+func TestPromQLMetricNames(t *testing.T) {
+	for expr, want := range map[string][]string{
+		`sum by (instance) (rate(http_request_duration_seconds_count{code=~"5..",x="a b"}[5m])) / sum(rate(up[1m])) > 0.01`: {"http_request_duration_seconds_count", "up"},
+		`histogram_quantile(0.99, sum by (le, route) (rate(x_bucket[5m])))`:                                                 {"x_bucket"},
+		`a > 0 and a < 4 or on (job) b * 1e6`:                                                                               {"a", "b"},
+		`absent(randflake_nope)`:                                                                                            {"randflake_nope"},
+	} {
+		if got := promqlMetricNames(expr); !slices.Equal(got, want) {
+			t.Errorf("promqlMetricNames(%q) = %q, want %q", expr, got, want)
 		}
 	}
 }

@@ -35,6 +35,11 @@ func routeOf(path string) string {
 	return RouteOther
 }
 
+// kinds are the error kinds, the values of randflake_errors_total's
+// "kind" label.
+var kinds = []string{KindBadRequest, KindUnauthorized, KindNotFound, KindMethodNotAllowed, KindHeadersTooLarge,
+	KindExhausted, KindClock, KindLease, KindUnavailable, KindNotReady, KindInternal}
+
 // opsMetrics are the service's operational metrics beyond the counts of
 // IDs and errors.
 type opsMetrics struct {
@@ -75,6 +80,11 @@ func (s *Server) registerOps() error {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "randflake_lease_renewal_failures_total", Help: "Failed renewals of the node-ID lease.",
 			}, func() float64 { _, failed := f(); return float64(failed) }))
+	}
+	// Every kind has its series from the start, so that rates and
+	// increases see the first error.
+	for _, k := range kinds {
+		s.errs.WithLabelValues(k)
 	}
 	for _, c := range cs {
 		if err := s.cfg.Registry.Register(c); err != nil {
