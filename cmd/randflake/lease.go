@@ -91,7 +91,8 @@ const ordinalEnv = "RANDFLAKE_ORDINAL"
 const defaultNodesPerPod = 1024
 
 // leaseFlags choose where the node IDs come from: the state directory
-// (default), a static range, or etcd.
+// (default), a static range, a StatefulSet pod's share of the node IDs
+// (serve only), or etcd.
 type leaseFlags struct {
 	nodes  string
 	etcd   string
@@ -219,6 +220,8 @@ func (l *leaseFlags) openStatic(ctx context.Context, e *env, log *slog.Logger, s
 // pod: ordinal K (from $RANDFLAKE_ORDINAL, else the host name NAME-K)
 // gets K*nodesPerPod to K*nodesPerPod+nodesPerPod-1. The pods share the
 // secret, so it may not be nil. now, if not nil, is the generator's clock.
+// randflake.StatefulSetSource reads $RANDFLAKE_ORDINAL from the process's
+// environment, not through env.
 func (l *leaseFlags) openStatefulSet(ctx context.Context, log *slog.Logger, secret []byte, now func() int64) (*leased, error) {
 	if secret == nil {
 		return nil, errors.New("--node-source statefulset needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
