@@ -87,6 +87,25 @@ func TestServeLostLeaseIsLogged(t *testing.T) {
 	dir, env := ownStateEnv(t)
 	p := startServeEnv(t, env, "--claim", "131072")
 	fetch(t, p, 10)
+	// Until then the lease is renewed about every 3 s, and has 10 s at
+	// most left.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		mfs := scrape(t, p.url)
+		renewed, _ := metricValue(mfs, "randflake_lease_renewals_total")
+		failed, _ := metricValue(mfs, "randflake_lease_renewal_failures_total")
+		left, _ := metricValue(mfs, "randflake_lease_seconds_remaining")
+		if failed != 0 || left < 1 || left > 11 {
+			t.Fatalf("before the loss: %v renewal failures, %v seconds left; want 0 and 1 to 11", failed, left)
+		}
+		if renewed >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no renewal counted within 15 s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	blocks, err := filepath.Glob(filepath.Join(dir, "blocks", "*"))
 	if err != nil || len(blocks) == 0 {
 		t.Fatalf("lock files: %v %v", blocks, err)
@@ -102,6 +121,9 @@ func TestServeLostLeaseIsLogged(t *testing.T) {
 	requireNoLeak(t, "lost lease", body, dir)
 	waitLog(t, p, regexp.MustCompile(`level=ERROR msg="randflake: lease lost.*lock file of block`), 10*time.Second)
 	waitLog(t, p, regexp.MustCompile(`level=ERROR msg="issuing IDs failed" kind=lease count=10 err=`), 10*time.Second)
+	if failed, _ := metricValue(scrape(t, p.url), "randflake_lease_renewal_failures_total"); failed < 1 {
+		t.Errorf("the lost lease is not counted as a failed renewal: %v", failed)
+	}
 }
 
 // An etcd outage: renewals fail and are logged with the error, the IDs
@@ -118,6 +140,13 @@ func TestServeEtcdOutageIsLogged(t *testing.T) {
 		t.Fatalf("503 body %q; want exactly a JSON error of kind lease", body)
 	}
 	requireNoLeak(t, "etcd outage", body, endpoint, "keep-alive")
+	mfs := scrape(t, p.url)
+	if failed, _ := metricValue(mfs, "randflake_lease_renewal_failures_total"); failed < 1 {
+		t.Errorf("randflake_lease_renewal_failures_total = %v after the outage, want at least 1", failed)
+	}
+	if left, ok := metricValue(mfs, "randflake_lease_seconds_remaining"); !ok || left != 0 {
+		t.Errorf("randflake_lease_seconds_remaining = %v (present: %v) past the lease's end, want 0", left, ok)
+	}
 	waitLog(t, p, regexp.MustCompile(`"level":"WARN","msg":"randflake: lease renewal failed[^"]*".*"err":"[^"]*etcd`), 10*time.Second)
 	waitLog(t, p, regexp.MustCompile(`"level":"ERROR","msg":"issuing IDs failed","kind":"lease","count":10,"err":"`), 10*time.Second)
 	for _, l := range strings.Split(strings.TrimSpace(p.logs.String()), "\n") {

@@ -40,7 +40,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building the binary: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	report, err := setUpContract()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	if !report() && code == 0 {
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -426,6 +434,7 @@ func rawHTTP(t *testing.T, url, req string) (int, string, []byte) {
 	if err != nil {
 		t.Fatalf("%.40q…: reading the body: %v", req, err)
 	}
+	checkRaw(t, req, resp.StatusCode, resp.Header, body)
 	return resp.StatusCode, resp.Header.Get("Content-Type"), body
 }
 

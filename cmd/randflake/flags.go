@@ -95,3 +95,88 @@ func noArgs(args []string) error {
 type noFlags struct{}
 
 func (noFlags) flags(*flag.FlagSet) {}
+
+// envConfigured is a subcommand whose flags may also be set by
+// environment variables (envVar names them); exec applies them after
+// the command line, which wins.
+type envConfigured interface {
+	envConfigured()
+}
+
+// envVar is the environment variable of flag name: RANDFLAKE_ and the
+// name upper-cased, '-' turned into '_' (--node-source:
+// RANDFLAKE_NODE_SOURCE).
+func envVar(name string) string {
+	return "RANDFLAKE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// envUsage adds each flag's variable to its usage text, unless the text
+// names it already.
+func envUsage(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		v := "$" + envVar(f.Name)
+		if !strings.Contains(f.Usage, v) {
+			f.Usage += " [" + v + "]"
+		}
+	})
+}
+
+// readsOwnEnv are the flags whose code reads their variable itself, so
+// that messages can say where a value came from (secret.go, serve.go).
+var readsOwnEnv = map[string]bool{"secret-file": true, "inspect-token-file": true}
+
+// applyEnv sets every flag of fs that the command line did not set from
+// its variable (envVar), if that is set and not empty. A bad value is a
+// usage error naming the variable.
+// It returns the names of the flags it set.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) (fromEnv []string, err error) {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || given[f.Name] || readsOwnEnv[f.Name] {
+			return
+		}
+		name := envVar(f.Name)
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = usagef("invalid value %q for $%s (--%s): %v", v, name, f.Name, serr)
+			return
+		}
+		fromEnv = append(fromEnv, f.Name)
+	})
+	return fromEnv, err
+}
+
+// noteEnv adds to a usage message about flags which of them, among
+// fromEnv, were set by their variable.
+func noteEnv(msg string, fromEnv []string) string {
+	var notes []string
+	for _, name := range fromEnv {
+		if mentionsFlag(msg, name) {
+			notes = append(notes, "--"+name+" is $"+envVar(name))
+		}
+	}
+	if len(notes) == 0 {
+		return msg
+	}
+	return msg + " (" + strings.Join(notes, ", ") + ")"
+}
+
+// mentionsFlag reports whether msg names --name (and not a longer flag
+// that starts with it).
+func mentionsFlag(msg, name string) bool {
+	for i := 0; ; {
+		j := strings.Index(msg[i:], "--"+name)
+		if j < 0 {
+			return false
+		}
+		end := i + j + 2 + len(name)
+		if end == len(msg) || !(msg[end] == '-' || 'a' <= msg[end] && msg[end] <= 'z') {
+			return true
+		}
+		i = end
+	}
+}

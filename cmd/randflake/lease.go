@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/randflake/randflake"
@@ -55,17 +56,43 @@ func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger) (*l
 	if g.plain {
 		created = nil
 	}
-	switch {
-	case g.lease.nodes != "":
+	// The one place a source of node IDs is chosen; a new source adds a
+	// constant, a case in leaseFlags.resolve and a case here.
+	switch g.lease.kind {
+	case sourceStatic:
 		return g.lease.openStatic(ctx, e, log, secret, now, created)
-	case g.lease.etcd != "":
+	case sourceStatefulSet:
+		return g.lease.openStatefulSet(ctx, log, secret, now)
+	case sourceEtcd:
 		return g.lease.openEtcd(ctx, log, secret)
+	case sourceStateDir:
+		return g.lease.openStateDir(ctx, e, log, secret, created)
 	}
-	return g.lease.openStateDir(ctx, e, log, secret, created)
+	return nil, fmt.Errorf("no node-ID source %q", g.lease.kind)
 }
 
+// The sources of node IDs, as --node-source names them.
+const (
+	sourceStateDir    = "statedir"
+	sourceStatic      = "static"
+	sourceStatefulSet = "statefulset"
+	sourceEtcd        = "etcd"
+)
+
+// nodeSources lists the values of --node-source, for messages.
+const nodeSources = sourceStateDir + ", " + sourceStatic + ", " + sourceStatefulSet + " or " + sourceEtcd
+
+// ordinalEnv is the variable that may hold a StatefulSet pod's ordinal
+// (or its name); without it, the host name is used.
+const ordinalEnv = "RANDFLAKE_ORDINAL"
+
+// defaultNodesPerPod is --nodes-per-pod's default: 128 pods of 1,024 node
+// IDs each use all 131,072.
+const defaultNodesPerPod = 1024
+
 // leaseFlags choose where the node IDs come from: the state directory
-// (default), a static range, or etcd.
+// (default), a static range, a StatefulSet pod's share of the node IDs
+// (serve only), or etcd.
 type leaseFlags struct {
 	nodes  string
 	etcd   string
@@ -73,8 +100,20 @@ type leaseFlags struct {
 	claim  int64
 	ttl    time.Duration
 
-	defaultClaim int64 // from the state directory without --claim
-	first, last  int64 // the range --nodes names, set by check
+	// source and nodesPerPod are --node-source and --nodes-per-pod, only
+	// registered by registerSource (serve).
+	source      string
+	nodesPerPod int64
+
+	defaultClaim int64  // from the state directory without --claim
+	first, last  int64  // the range --nodes names, set by check
+	kind         string // the source in use (a source* constant), set by check
+}
+
+// registerSource registers --node-source and --nodes-per-pod.
+func (l *leaseFlags) registerSource(fs *flag.FlagSet) {
+	fs.StringVar(&l.source, "node-source", "", "where node IDs come from: "+nodeSources+" (default: static with --nodes, etcd with --etcd, else statedir)")
+	fs.Int64Var(&l.nodesPerPod, "nodes-per-pod", defaultNodesPerPod, "with --node-source statefulset: node IDs of each pod; the pod with ordinal K gets K*N to K*N+N-1")
 }
 
 func (l *leaseFlags) register(fs *flag.FlagSet, defaultClaim int64) {
@@ -101,6 +140,41 @@ func (l *leaseFlags) check() error {
 			return err
 		}
 	}
+	return l.resolve()
+}
+
+// resolve sets l.kind from --node-source and the flags that imply a
+// source (--nodes: static, --etcd: etcd), which must agree with it.
+func (l *leaseFlags) resolve() error {
+	implied := sourceStateDir
+	switch {
+	case l.nodes != "":
+		implied = sourceStatic
+	case l.etcd != "":
+		implied = sourceEtcd
+	}
+	switch l.source {
+	case "":
+		l.kind = implied
+		return nil
+	case sourceStateDir, sourceStatic, sourceStatefulSet, sourceEtcd:
+	default:
+		return usagef("--node-source %q: want %s", l.source, nodeSources)
+	}
+	switch {
+	case l.source == sourceStatic && l.nodes == "":
+		return usagef("--node-source static needs --nodes FIRST-LAST")
+	case l.source == sourceEtcd && l.etcd == "":
+		return usagef("--node-source etcd needs --etcd ENDPOINTS")
+	case l.nodes != "" && l.source != sourceStatic:
+		return usagef("--nodes is for --node-source static, not %s", l.source)
+	case l.etcd != "" && l.source != sourceEtcd:
+		return usagef("--etcd is for --node-source etcd, not %s", l.source)
+	}
+	if l.source == sourceStatefulSet && (l.nodesPerPod < 1 || l.nodesPerPod > randflake.MaxNode+1) {
+		return usagef("--nodes-per-pod %d: want 1 to %d", l.nodesPerPod, randflake.MaxNode+1)
+	}
+	l.kind = l.source
 	return nil
 }
 
@@ -129,16 +203,42 @@ func (l *leaseFlags) openStatic(ctx context.Context, e *env, log *slog.Logger, s
 		}
 		defer clear(secret)
 	}
+	rs := &renewalCounter{LeaseSource: randflake.StaticSource{FirstNode: l.first, LastNode: l.last}}
 	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
 		Secret:     secret,
-		Source:     randflake.StaticSource{FirstNode: l.first, LastNode: l.last},
+		Source:     rs,
 		TimeSource: now,
 		Logger:     log,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &leased{Leased: g, describe: "static"}, nil
+	return &leased{Leased: g, describe: "static", renewals: rs}, nil
+}
+
+// openStatefulSet makes a generator on the node IDs of a StatefulSet
+// pod: ordinal K (from $RANDFLAKE_ORDINAL, else the host name NAME-K)
+// gets K*nodesPerPod to K*nodesPerPod+nodesPerPod-1. The pods share the
+// secret, so it may not be nil. now, if not nil, is the generator's clock.
+// randflake.StatefulSetSource reads $RANDFLAKE_ORDINAL from the process's
+// environment, not through env.
+func (l *leaseFlags) openStatefulSet(ctx context.Context, log *slog.Logger, secret []byte, now func() int64) (*leased, error) {
+	if secret == nil {
+		return nil, errors.New("--node-source statefulset needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
+	}
+	src, err := randflake.StatefulSetSource(ordinalEnv, l.nodesPerPod)
+	if err != nil {
+		return nil, fmt.Errorf("--node-source statefulset: %w (the ordinal comes from $%s, else from a host name ending in -ORDINAL; at %d node IDs per pod, ordinals 0 to %d fit)",
+			err, ordinalEnv, l.nodesPerPod, (randflake.MaxNode+1)/l.nodesPerPod-1)
+	}
+	rs := &renewalCounter{LeaseSource: src}
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
+		Secret: secret, Source: rs, TimeSource: now, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &leased{Leased: g, describe: "statefulset", renewals: rs}, nil
 }
 
 // openEtcd claims node IDs from etcd, within ctx, saying on log while it
@@ -156,14 +256,21 @@ func (l *leaseFlags) openEtcd(ctx context.Context, log *slog.Logger, secret []by
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	g, err := etcdlease.NewLeased(ctx, secret, etcdlease.Config{
+	// As etcdlease.NewLeased, with the renewals counted.
+	src, err := etcdlease.New(etcdlease.Config{
 		Client: cli, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl, Logger: log,
 	})
 	if err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
 	}
-	return &leased{Leased: g, describe: "etcd", cleanup: func() { cli.Close() }}, nil
+	rs := &renewalCounter{LeaseSource: src}
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: rs, Logger: log})
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
+	}
+	return &leased{Leased: g, describe: "etcd", cleanup: func() { cli.Close() }, renewals: rs}, nil
 }
 
 // openStateDir claims node IDs (--claim, or else l.defaultClaim) from the
@@ -189,11 +296,12 @@ func (l *leaseFlags) openStateDir(ctx context.Context, e *env, log *slog.Logger,
 		return nil, err
 	}
 	defer waitNotice(log, "still waiting for node IDs from the state directory", "dir", d.Path())()
-	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: src, Logger: log})
+	rs := &renewalCounter{LeaseSource: src}
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: rs, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	return &leased{Leased: g, describe: "state directory " + d.Path()}, nil
+	return &leased{Leased: g, describe: "state directory " + d.Path(), renewals: rs}, nil
 }
 
 // leased is a generator bound to its node-ID source.
@@ -201,8 +309,44 @@ type leased struct {
 	*randflake.Leased
 	describe string
 	cleanup  func()
+	renewals *renewalCounter
 	once     sync.Once
 	err      error
+}
+
+// Renewals returns how many renewals of the lease succeeded and failed.
+func (g *leased) Renewals() (renewed, failed uint64) {
+	if g.renewals == nil {
+		return 0, 0
+	}
+	return g.renewals.renewed.Load(), g.renewals.failed.Load()
+}
+
+// Nodes returns the current lease's node range.
+func (g *leased) Nodes() (first, last int64) {
+	l := g.Lease()
+	return l.FirstNode, l.LastNode
+}
+
+// renewalCounter is a lease source that counts the outcomes of Renew,
+// for the service's metrics.
+type renewalCounter struct {
+	randflake.LeaseSource
+	renewed, failed atomic.Uint64
+}
+
+// Renew renews through the source and counts the outcome.
+func (c *renewalCounter) Renew(ctx context.Context, l randflake.Lease) (randflake.Lease, error) {
+	next, err := c.LeaseSource.Renew(ctx, l)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Closing: not a failure of the source.
+	case err != nil:
+		c.failed.Add(1)
+	default:
+		c.renewed.Add(1)
+	}
+	return next, err
 }
 
 // LeaseEnd returns the Unix second at which the current lease ends.

@@ -7,7 +7,7 @@
 //	randflake keygen --out FILE
 //	randflake uniqueid gen|parse
 //	randflake bench
-//	randflake serve [--listen ADDR] [--nodes FIRST-LAST | --etcd ENDPOINTS]
+//	randflake serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS]
 //	randflake load --url URL
 //	randflake completion bash|zsh
 //	randflake version
@@ -143,6 +143,10 @@ func (c command) exec(e *env, path string, args []string) error {
 	sc.flags(fs)
 	_, isParent := sc.(parent)
 	rest, err := parseFlags(fs, args, isParent)
+	var fromEnv []string
+	if _, ok := sc.(envConfigured); ok && err == nil {
+		fromEnv, err = applyEnv(fs, e.getenv)
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		printHelp(e.stdout, c.usage, fs)
 		return err
@@ -153,6 +157,7 @@ func (c command) exec(e *env, path string, args []string) error {
 	var ue usageError
 	if errors.As(err, &ue) && ue.path == "" {
 		ue.path = path
+		ue.msg = noteEnv(ue.msg, fromEnv)
 		return ue
 	}
 	return err

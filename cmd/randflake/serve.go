@@ -19,7 +19,7 @@ import (
 	"github.com/randflake/randflake/statedir"
 )
 
-const serveUsage = `serve [--listen ADDR] [--nodes FIRST-LAST | --etcd ENDPOINTS] [flags]
+const serveUsage = `serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS] [flags]
 
 Serves IDs over HTTP:
   GET /v1/ids?count=N[&format=string|int]  N new IDs (JSON {"ids":[...]}, or one
@@ -29,8 +29,21 @@ Serves IDs over HTTP:
                                            as "Authorization: Bearer TOKEN"
   GET /healthz, /readyz, /metrics          liveness, readiness (a lease is held),
                                            Prometheus metrics
+  GET /openapi.yaml                        this API's OpenAPI 3.1 description
 Errors are JSON {"error":MESSAGE,"kind":KIND}; the cause goes to the log only.
 A request head (request line and headers) over 16 KiB gets 431.
+
+Node IDs (--node-source): statedir, the state directory's file locks (the
+default); static, the range of --nodes (implied by it); etcd, claims at
+--etcd (implied by it); statefulset, a Kubernetes StatefulSet pod's share:
+ordinal K (from $RANDFLAKE_ORDINAL, else the host name NAME-K) gets node
+IDs K*N to K*N+N-1 for N = --nodes-per-pod. Pods x N must stay within
+131,072 node IDs (N=1024: 128 pods); each pod issues up to N x 131,072 IDs
+a second. etcd and statefulset need the fleet's secret (--secret-file,
+$RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET).
+
+Every flag can also be set by the variable beside it in brackets; the
+command line wins, and an empty variable counts as unset.
 
 Logs go to standard error (--log-format text or json): the lease's events,
 failures behind 5xx answers, waits for node IDs, and with --access-log one
@@ -62,7 +75,12 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format on standard error: text or json")
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one line per request (method, path without the query, status, bytes, duration, remote address)")
 	c.gen.register(fs, statedir.DefaultNodes)
+	c.gen.lease.registerSource(fs)
+	envUsage(fs)
 }
+
+// envConfigured: every flag of serve has a RANDFLAKE_* variable.
+func (c *serveCmd) envConfigured() {}
 
 func (c *serveCmd) run(e *env, args []string) error {
 	if err := noArgs(args); err != nil {
@@ -162,6 +180,7 @@ func (cfg *serveConfig) run(ctx context.Context, e *env) error {
 
 	sc := cfg.server
 	sc.Generator, sc.LeaseEnd, sc.InspectToken = g, g.LeaseEnd, token
+	sc.LeaseNodes, sc.LeaseRenewals = g.Nodes, g.Renewals
 	srv, err := server.New(sc)
 	if err != nil {
 		return err

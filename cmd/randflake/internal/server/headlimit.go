@@ -317,6 +317,7 @@ func (s *Server) refuseHead(c *headConn) {
 		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + string(body)
 	c.Conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
 	_, err := io.WriteString(c.Conn, resp)
+	s.observe("", http.StatusRequestHeaderFieldsTooLarge, time.Since(start)) // route "other": the path was never read
 	if s.cfg.AccessLog != nil {
 		rec := &recorder{status: http.StatusRequestHeaderFieldsTooLarge, kind: KindHeadersTooLarge}
 		if err == nil {

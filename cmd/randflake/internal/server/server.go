@@ -30,6 +30,9 @@
 //	unavailable         503     the generator is closed (shutting down)
 //	not_ready           503     GET /readyz without a valid lease
 //	internal            500     any other failure of the generator
+//
+// openapi.yaml (served at GET /openapi.yaml, embedded as OpenAPI)
+// describes every route, answer and error.
 package server
 
 import (
@@ -99,6 +102,13 @@ type Config struct {
 	// (never the query string), status, body bytes, duration and remote
 	// address.
 	AccessLog *slog.Logger
+	// LeaseNodes, if set, returns the current lease's node range, for
+	// the randflake_lease_first_node and _last_node metrics.
+	LeaseNodes func() (first, last int64)
+	// LeaseRenewals, if set, returns how many renewals of the lease
+	// succeeded and failed, for the randflake_lease_renewals_total and
+	// randflake_lease_renewal_failures_total metrics.
+	LeaseRenewals func() (renewed, failed uint64)
 }
 
 // Server serves the ID API. Create it with New.
@@ -109,6 +119,7 @@ type Server struct {
 	issued  prometheus.Counter
 	batches prometheus.Histogram
 	errs    *prometheus.CounterVec
+	ops     opsMetrics
 	limited logLimiter
 }
 
@@ -156,6 +167,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := s.registerOps(); err != nil {
+		return nil, err
+	}
 	s.metrics = promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})
 	return s, nil
 }
@@ -172,8 +186,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 	s.route(rec, r)
+	d := time.Since(start)
+	s.observe(r.URL.Path, rec.status, d)
 	if s.cfg.AccessLog != nil {
-		s.logAccess(rec, r.Method, r.URL.Path, r.RemoteAddr, time.Since(start))
+		s.logAccess(rec, r.Method, r.URL.Path, r.RemoteAddr, d)
 	}
 }
 
@@ -196,6 +212,10 @@ func (s *Server) route(w *recorder, r *http.Request) {
 	case "/metrics":
 		if s.method(w, r, "GET, HEAD") {
 			s.metrics.ServeHTTP(w, r)
+		}
+	case "/openapi.yaml":
+		if s.method(w, r, "GET, HEAD") {
+			s.openAPI(w, r)
 		}
 	default:
 		id, ok := strings.CutPrefix(p, "/v1/ids/")
