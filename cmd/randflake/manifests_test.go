@@ -58,6 +58,11 @@ type manifest struct {
 	plain map[string]any
 }
 
+// dirOf names the directory of m's file, from the repository's root.
+func dirOf(m *manifest) string {
+	return filepath.Join("deploy/kubernetes", filepath.Dir(m.file))
+}
+
 func (m *manifest) String() string {
 	return fmt.Sprintf("%s document %d (%s %s)", m.file, m.doc, m.kind, m.name)
 }
@@ -216,8 +221,8 @@ func subset(in, out any, path string) error {
 		for _, k := range keys {
 			ov, ok := o[k]
 			if !ok {
-				if v[k] == nil || reflect.DeepEqual(v[k], map[string]any{}) || reflect.DeepEqual(v[k], []any{}) {
-					continue // empty: dropped by omitempty
+				if isEmpty(v[k]) {
+					continue // dropped by omitempty
 				}
 				return fmt.Errorf("unknown field %q (at %s)", k, strings.TrimPrefix(path+"."+k, "."))
 			}
@@ -241,6 +246,26 @@ func subset(in, out any, path string) error {
 		}
 	}
 	return nil
+}
+
+// isEmpty reports whether a decoded JSON value is one that omitempty
+// leaves out: null, false, 0, "", {} or [].
+func isEmpty(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !v
+	case float64:
+		return v == 0
+	case string:
+		return v == ""
+	case map[string]any:
+		return len(v) == 0
+	case []any:
+		return len(v) == 0
+	}
+	return false
 }
 
 // TestManifestsDecodeStrictly also checks the strict decoder itself: an
@@ -675,6 +700,9 @@ func TestManifestWorkloads(t *testing.T) {
 			}
 
 			// Users and security.
+			if psc := spec.SecurityContext; psc != nil && (psc.RunAsUser != nil && *psc.RunAsUser != image.uid || psc.RunAsGroup != nil && *psc.RunAsGroup != image.gid) {
+				t.Errorf("%v: spec.securityContext runs as %d:%d, the image's USER is %d:%d (%s)", w, deref(psc.RunAsUser, -1), deref(psc.RunAsGroup, -1), image.uid, image.gid, dockerfile)
+			}
 			sc := effectiveSecurity(spec.SecurityContext, c.SecurityContext)
 			if sc.runAsUser != image.uid || sc.runAsGroup != image.gid {
 				t.Errorf("%s: runs as %d:%d, the image's USER is %d:%d (%s)", where, sc.runAsUser, sc.runAsGroup, image.uid, image.gid, dockerfile)
@@ -738,7 +766,7 @@ func checkGoverningService(t *testing.T, w *workload, all []*manifest) {
 			return
 		}
 	}
-	t.Errorf("%v: spec.serviceName %q names no Service in %s", w, w.sts.Spec.ServiceName, filepath.Dir(w.file))
+	t.Errorf("%v: spec.serviceName %q names no Service in %s", w, w.sts.Spec.ServiceName, dirOf(w.manifest))
 }
 
 // security is a container's effective security settings: its own, else
@@ -787,7 +815,7 @@ func TestManifestServicesAndBudgets(t *testing.T) {
 		case *corev1.Service:
 			w := selects(m, labels.SelectorFromSet(o.Spec.Selector))
 			if w == nil {
-				t.Errorf("%v: spec.selector %v selects no workload's pods in %s", m, o.Spec.Selector, filepath.Dir(m.file))
+				t.Errorf("%v: spec.selector %v selects no workload's pods in %s", m, o.Spec.Selector, dirOf(m))
 				continue
 			}
 			c := w.serveContainer(t)
@@ -805,8 +833,10 @@ func TestManifestServicesAndBudgets(t *testing.T) {
 			}
 		case *policyv1.PodDisruptionBudget:
 			sel, err := metav1.LabelSelectorAsSelector(o.Spec.Selector)
-			if err != nil || selects(m, sel) == nil {
-				t.Errorf("%v: spec.selector selects no workload's pods in %s (%v)", m, filepath.Dir(m.file), err)
+			if err != nil {
+				t.Errorf("%v: spec.selector: %v", m, err)
+			} else if selects(m, sel) == nil {
+				t.Errorf("%v: spec.selector %v selects no workload's pods in %s", m, sel, dirOf(m))
 			}
 			if (o.Spec.MinAvailable == nil) == (o.Spec.MaxUnavailable == nil) {
 				t.Errorf("%v: set one of spec.minAvailable and spec.maxUnavailable", m)
