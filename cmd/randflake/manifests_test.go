@@ -49,13 +49,11 @@ const (
 
 // manifest is one document of a manifest file.
 type manifest struct {
-	file  string // relative to manifestRoot
-	doc   int    // 1-based position in the file
-	api   string // apiVersion
-	kind  string
-	name  string
-	obj   any // *appsv1.StatefulSet, *corev1.Service, ...
-	plain map[string]any
+	file string // relative to manifestRoot
+	doc  int    // 1-based position in the file
+	kind string
+	name string
+	obj  any // *appsv1.StatefulSet, *corev1.Service, ...
 }
 
 // dirOf names the directory of m's file, from the repository's root.
@@ -154,8 +152,8 @@ func decodeManifest(file string, doc int, text []byte) (*manifest, error) {
 	if string(js) == "null" {
 		return nil, nil
 	}
-	var plain map[string]any
-	if err := json.Unmarshal(js, &plain); err != nil {
+	var top map[string]any
+	if err := json.Unmarshal(js, &top); err != nil {
 		return nil, fmt.Errorf("%s: not a mapping: %v", where, err)
 	}
 	var tm metav1.TypeMeta
@@ -169,7 +167,7 @@ func decodeManifest(file string, doc int, text []byte) (*manifest, error) {
 	if err := decodeStrict(js, obj); err != nil {
 		return nil, fmt.Errorf("%s (%s): %v", where, tm.Kind, err)
 	}
-	m := &manifest{file: file, doc: doc, api: tm.APIVersion, kind: tm.Kind, obj: obj, plain: plain}
+	m := &manifest{file: file, doc: doc, kind: tm.Kind, obj: obj}
 	if om, ok := reflect.ValueOf(obj).Elem().FieldByName("ObjectMeta").Interface().(metav1.ObjectMeta); ok {
 		m.name = om.Name
 	}
