@@ -872,6 +872,11 @@ func TestManifestServeAnswersProbes(t *testing.T) {
 			if args := parseContainerArgs(c.Args[1:]); len(args.missing) > 0 {
 				t.Fatalf("%s: not run: serve has no flags %s", where, strings.Join(args.missing, ", "))
 			}
+			for name, pr := range probes(c) {
+				if pr == nil || pr.HTTPGet == nil {
+					t.Fatalf("%s: not run: %s is not an httpGet", where, name)
+				}
+			}
 			args := slices.Clone(c.Args)
 			listenAt := -1
 			for i := 1; i < len(args); i++ {
