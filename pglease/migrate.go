@@ -182,3 +182,12 @@ func (n names) sql(text string) string {
 		}
 	})
 }
+
+// Migrate creates or upgrades the tables the source was configured with
+// (Config.Schema and Config.Table) on its own connection pool, as
+// MigrateTable does; its errors never contain the connection's password.
+// It is for a command that opens its source from a DSN and creates the
+// schema on request.
+func (s *Source) Migrate(ctx context.Context) error {
+	return s.scrub(MigrateTable(ctx, s.pool, s.n.schema, s.n.table))
+}
