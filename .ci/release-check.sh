@@ -71,7 +71,7 @@ run "go install" go install "github.com/randflake/randflake/cmd/randflake@$versi
 bin="$GOBIN/randflake"
 [ -x "$bin" ] || fail "go install wrote no $bin"
 go version -m "$bin" >"$tmp/buildinfo"
-for m in github.com/randflake/randflake/cmd/randflake github.com/randflake/randflake github.com/randflake/randflake/etcdlease; do
+for m in github.com/randflake/randflake/cmd/randflake github.com/randflake/randflake github.com/randflake/randflake/etcdlease github.com/randflake/randflake/pglease; do
 	grep -qE "^[[:space:]]+(mod|dep)[[:space:]]+$m[[:space:]]+$version([[:space:]]|$)" "$tmp/buildinfo" ||
 		{ cat "$tmp/buildinfo" >&2; fail "the installed binary was not built from $m $version"; }
 done

@@ -15,6 +15,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease"
+	"github.com/randflake/randflake/pglease"
 	"github.com/randflake/randflake/statedir"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -65,6 +66,8 @@ func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger) (*l
 		return g.lease.openStatefulSet(ctx, log, secret, now)
 	case sourceEtcd:
 		return g.lease.openEtcd(ctx, log, secret)
+	case sourcePostgres:
+		return g.lease.openPostgres(ctx, log, secret)
 	case sourceStateDir:
 		return g.lease.openStateDir(ctx, e, log, secret, created)
 	}
@@ -77,10 +80,11 @@ const (
 	sourceStatic      = "static"
 	sourceStatefulSet = "statefulset"
 	sourceEtcd        = "etcd"
+	sourcePostgres    = "postgres"
 )
 
 // nodeSources lists the values of --node-source, for messages.
-const nodeSources = sourceStateDir + ", " + sourceStatic + ", " + sourceStatefulSet + " or " + sourceEtcd
+const nodeSources = sourceStateDir + ", " + sourceStatic + ", " + sourceStatefulSet + ", " + sourceEtcd + " or " + sourcePostgres
 
 // ordinalEnv is the variable that may hold a StatefulSet pod's ordinal
 // (or its name); without it, the host name is used.
@@ -92,7 +96,7 @@ const defaultNodesPerPod = 1024
 
 // leaseFlags choose where the node IDs come from: the state directory
 // (default), a static range, a StatefulSet pod's share of the node IDs
-// (serve only), or etcd.
+// (serve only), etcd, or PostgreSQL (serve only).
 type leaseFlags struct {
 	nodes  string
 	etcd   string
@@ -100,10 +104,11 @@ type leaseFlags struct {
 	claim  int64
 	ttl    time.Duration
 
-	// source and nodesPerPod are --node-source and --nodes-per-pod, only
-	// registered by registerSource (serve).
+	// source, nodesPerPod and pg are --node-source, --nodes-per-pod and
+	// the --postgres-* flags, only registered by registerSource (serve).
 	source      string
 	nodesPerPod int64
+	pg          postgresFlags
 
 	defaultClaim int64  // from the state directory without --claim
 	first, last  int64  // the range --nodes names, set by check
@@ -114,6 +119,10 @@ type leaseFlags struct {
 func (l *leaseFlags) registerSource(fs *flag.FlagSet) {
 	fs.StringVar(&l.source, "node-source", "", "where node IDs come from: "+nodeSources+" (default: static with --nodes, etcd with --etcd, else statedir)")
 	fs.Int64Var(&l.nodesPerPod, "nodes-per-pod", defaultNodesPerPod, "with --node-source statefulset: node IDs of each pod; the pod with ordinal K gets K*N to K*N+N-1")
+	l.pg.register(fs)
+	if f := fs.Lookup("claim"); f != nil {
+		f.Usage = fmt.Sprintf("node IDs to claim from the state directory, etcd or PostgreSQL (default: %d from the state directory, %d from etcd or PostgreSQL)", l.defaultClaim, pglease.DefaultNodes)
+	}
 }
 
 func (l *leaseFlags) register(fs *flag.FlagSet, defaultClaim int64) {
@@ -131,8 +140,11 @@ func (l *leaseFlags) check() error {
 	if l.nodes != "" && l.etcd != "" {
 		return usagef("--nodes and --etcd exclude each other")
 	}
-	if l.claim < 0 || l.ttl < 0 {
-		return usagef("--claim and --etcd-ttl must not be negative")
+	if l.pg.dsn != "" && (l.nodes != "" || l.etcd != "") {
+		return usagef("--postgres-dsn excludes --nodes and --etcd")
+	}
+	if l.claim < 0 || l.ttl < 0 || l.pg.ttl < 0 {
+		return usagef("--claim, --etcd-ttl and --postgres-ttl must not be negative")
 	}
 	if l.nodes != "" {
 		var err error
@@ -152,12 +164,14 @@ func (l *leaseFlags) resolve() error {
 		implied = sourceStatic
 	case l.etcd != "":
 		implied = sourceEtcd
+	case l.pg.dsn != "":
+		implied = sourcePostgres
 	}
 	switch l.source {
 	case "":
 		l.kind = implied
 		return nil
-	case sourceStateDir, sourceStatic, sourceStatefulSet, sourceEtcd:
+	case sourceStateDir, sourceStatic, sourceStatefulSet, sourceEtcd, sourcePostgres:
 	default:
 		return usagef("--node-source %q: want %s", l.source, nodeSources)
 	}
@@ -170,6 +184,10 @@ func (l *leaseFlags) resolve() error {
 		return usagef("--nodes is for --node-source static, not %s", l.source)
 	case l.etcd != "" && l.source != sourceEtcd:
 		return usagef("--etcd is for --node-source etcd, not %s", l.source)
+	case l.source == sourcePostgres && l.pg.dsn == "":
+		return usagef("--node-source postgres needs --postgres-dsn DSN ($RANDFLAKE_POSTGRES_DSN)")
+	case l.pg.dsn != "" && l.source != sourcePostgres:
+		return usagef("--postgres-dsn is for --node-source postgres, not %s", l.source)
 	}
 	if l.source == sourceStatefulSet && (l.nodesPerPod < 1 || l.nodesPerPod > randflake.MaxNode+1) {
 		return usagef("--nodes-per-pod %d: want 1 to %d", l.nodesPerPod, randflake.MaxNode+1)

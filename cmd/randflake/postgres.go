@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/pglease"
+)
+
+// postgresFlags are serve's flags for node IDs from PostgreSQL
+// (--node-source postgres).
+type postgresFlags struct {
+	dsn     string
+	table   string
+	ttl     time.Duration
+	migrate bool
+}
+
+func (p *postgresFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.dsn, "postgres-dsn", "", "claim node IDs from PostgreSQL: a postgres:// URL or key=value DSN (needs an explicit fleet secret; keep the password out of it with $PGPASSFILE or $PGPASSWORD, or set the DSN by the variable)")
+	fs.StringVar(&p.table, "postgres-table", pglease.DefaultTable, "PostgreSQL table of the claims, [SCHEMA.]TABLE")
+	fs.DurationVar(&p.ttl, "postgres-ttl", 0, fmt.Sprintf("PostgreSQL claim TTL: a crashed process's node IDs are free again after it (default %v)", pglease.DefaultTTL))
+	fs.BoolVar(&p.migrate, "postgres-migrate", false, "create the PostgreSQL tables (or check their schema version) before claiming; safe to repeat")
+}
+
+// openPostgres claims node IDs from PostgreSQL, within ctx, saying on log
+// while it waits. Every machine must share the secret, so it may not be
+// nil. Errors never contain the DSN's password.
+func (l *leaseFlags) openPostgres(ctx context.Context, log *slog.Logger, secret []byte) (*leased, error) {
+	if secret == nil {
+		return nil, errors.New("--node-source postgres needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
+	}
+	schema, table := splitTable(l.pg.table)
+	src, err := pglease.New(pglease.Config{
+		DSN: l.pg.dsn, Schema: schema, Table: table, Nodes: l.claim, TTL: l.pg.ttl, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	defer waitNotice(log, "still waiting for node IDs from PostgreSQL", "table", l.pg.table)()
+	if l.pg.migrate {
+		if err := src.Migrate(ctx); err != nil {
+			src.Close()
+			return nil, fmt.Errorf("postgres: creating the tables: %w", err)
+		}
+	}
+	rs := &renewalCounter{LeaseSource: src}
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: rs, Logger: log})
+	if err != nil {
+		src.Close()
+		if errors.Is(err, pglease.ErrNoSchema) {
+			return nil, fmt.Errorf("postgres: %w; create them with --postgres-migrate or pglease/schema.sql", err)
+		}
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return &leased{Leased: g, describe: "postgres " + l.pg.table, cleanup: src.Close, renewals: rs}, nil
+}
+
+// splitTable splits [SCHEMA.]TABLE at its first dot.
+func splitTable(name string) (schema, table string) {
+	if schema, table, ok := strings.Cut(name, "."); ok {
+		return schema, table
+	}
+	return "", name
+}
