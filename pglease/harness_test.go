@@ -1,311 +1,44 @@
 package pglease
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"runtime"
-	"sort"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/pglease/pgtest"
 )
 
-// The tests run against real PostgreSQL servers that they start
-// themselves: initdb into a temporary directory, postgres on a free
-// loopback port with its unix socket in that directory, stopped by PID. As
-// root, both run as the postgres user. One server is shared by the tests
-// (each works on a table of its own); a test that restarts the server
-// starts its own.
+// The tests run against real PostgreSQL servers that pgtest starts. One
+// server is shared by the tests (each works on a table of its own); a test
+// that restarts the server starts its own.
 
 // helperEnv makes the test binary a helper process (TestHelperProcess).
 const helperEnv = "RANDFLAKE_PGLEASE_HELPER"
-
-var (
-	pgBin     string    // directory of initdb and postgres; "" if none
-	shared    *pgServer // the shared server, nil without binaries
-	noPGError string    // why there is no server
-)
 
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(m.Run())
 	}
-	pgBin = findPGBin()
-	if pgBin == "" {
-		noPGError = "no PostgreSQL server binaries (initdb, postgres) in $RANDFLAKE_PGLEASE_BIN, on PATH or under /usr/lib/postgresql/*/bin; install them (Debian: apt-get install postgresql)"
-		if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
-			fmt.Fprintln(os.Stderr, "pglease tests: CI is set and "+noPGError)
-			os.Exit(1)
-		}
-		fmt.Fprintln(os.Stderr, "pglease tests: "+noPGError+": the database tests are skipped")
-		os.Exit(m.Run())
-	}
-	s, err := newPGServer()
-	if err == nil {
-		err = s.start()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pglease tests: starting PostgreSQL:", err)
-		if s != nil {
-			s.remove()
-		}
-		os.Exit(1)
-	}
-	shared = s
-	code := m.Run()
-	s.stop()
-	s.remove()
-	os.Exit(code)
-}
-
-// findPGBin returns the directory holding initdb and postgres: the one
-// $RANDFLAKE_PGLEASE_BIN names if set, else the one on PATH, else the
-// newest /usr/lib/postgresql/VERSION/bin.
-func findPGBin() string {
-	if d := os.Getenv("RANDFLAKE_PGLEASE_BIN"); d != "" {
-		_, e1 := os.Stat(filepath.Join(d, "initdb"))
-		_, e2 := os.Stat(filepath.Join(d, "postgres"))
-		if e1 != nil || e2 != nil {
-			return ""
-		}
-		return d
-	}
-	if p, err := exec.LookPath("initdb"); err == nil {
-		dir := filepath.Dir(p)
-		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
-			return dir
-		}
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return vi > vj
-	})
-	for _, d := range dirs {
-		_, e1 := os.Stat(filepath.Join(d, "initdb"))
-		_, e2 := os.Stat(filepath.Join(d, "postgres"))
-		if e1 == nil && e2 == nil {
-			return d
-		}
-	}
-	return ""
-}
-
-// pgServer is a PostgreSQL server of the tests.
-type pgServer struct {
-	dir  string // data directory's parent, also the socket directory
-	port int
-	cred *syscall.Credential // the postgres user's, when running as root
-	log  string              // the server's log file
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been reaped
+	pgtest.Main(m)
 }
 
 // server returns the shared server, or skips the test without one.
-func server(t *testing.T) *pgServer {
+func server(t *testing.T) *pgtest.Server {
 	t.Helper()
-	if shared == nil {
-		t.Skip(noPGError)
-	}
-	return shared
+	return pgtest.Shared(t)
 }
 
 // ownServer starts a server for t alone.
-func ownServer(t *testing.T) *pgServer {
+func ownServer(t *testing.T) *pgtest.Server {
 	t.Helper()
-	server(t) // skip without binaries
-	s, err := newPGServer()
-	if err == nil {
-		err = s.start()
-	}
-	if err != nil {
-		if s != nil {
-			s.remove()
-		}
-		t.Fatalf("starting PostgreSQL: %v", err)
-	}
-	t.Cleanup(func() {
-		s.stop()
-		s.remove()
-	})
-	return s
-}
-
-// newPGServer runs initdb into a new temporary directory.
-func newPGServer() (*pgServer, error) {
-	base := os.TempDir()
-	if os.Geteuid() == 0 && !othersCanEnter(base) {
-		base = "/tmp" // the postgres user must reach the directory
-	}
-	dir, err := os.MkdirTemp(base, "pglease-test-")
-	if err != nil {
-		return nil, err
-	}
-	s := &pgServer{dir: dir, log: filepath.Join(dir, "postgres.log")}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return s, fmt.Errorf("running as root, and initdb refuses root: %w (the Debian package creates the postgres user)", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return s, err
-		}
-	}
-	cmd := exec.Command(filepath.Join(pgBin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "randflake",
-		"-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	if err := cmd.Run(); err != nil {
-		return s, fmt.Errorf("initdb: %v\n%s", err, out.Bytes())
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return s, err
-	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return s, nil
-}
-
-// othersCanEnter reports whether every directory from / to dir lets
-// other users through.
-func othersCanEnter(dir string) bool {
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil || fi.Mode().Perm()&0o001 == 0 {
-			return false
-		}
-		if d == filepath.Dir(d) {
-			return true
-		}
-	}
-}
-
-// spawns carries start requests to the one goroutine that starts the
-// servers. It is locked to its OS thread for the life of the test binary:
-// the kernel sends the parent-death signal (which stops a server left by a
-// test binary that died) when the forking thread ends, not the process.
-var spawns = make(chan spawnRequest)
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func init() {
-	go func() {
-		runtime.LockOSThread() // never unlocked
-		for r := range spawns {
-			r.done <- r.cmd.Start()
-		}
-	}()
-}
-
-// start starts postgres and waits until it accepts connections.
-func (s *pgServer) start() error {
-	lf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer lf.Close()
-	cmd := exec.Command(filepath.Join(pgBin, "postgres"), "-D", filepath.Join(s.dir, "data"),
-		"-p", strconv.Itoa(s.port), "-h", "127.0.0.1", "-k", s.dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=32MB", "-c", "log_min_messages=warning")
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
-	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
-	spawns <- r
-	if err := <-r.done; err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := pgx.Connect(ctx, s.dsn())
-		cancel()
-		if err == nil {
-			c.Close(context.Background())
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("postgres exited: %v\n%s", cmd.ProcessState, s.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return fmt.Errorf("postgres not accepting connections after 30s: %v\n%s", err, s.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stop stops postgres by its PID (fast shutdown: SIGINT), killing it if it
-// has not exited within 10s.
-func (s *pgServer) stop() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
-}
-
-func (s *pgServer) remove() { os.RemoveAll(s.dir) }
-
-func (s *pgServer) logTail() string {
-	b, _ := os.ReadFile(s.log)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-func (s *pgServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
-
-func (s *pgServer) dsn() string { return dsnFor(s.addr()) }
-
-func dsnFor(addr string) string {
-	host, port, _ := net.SplitHostPort(addr)
-	return fmt.Sprintf("host=%s port=%s user=randflake dbname=postgres sslmode=disable connect_timeout=2", host, port)
+	return pgtest.New(t)
 }
 
 // newPool returns a pool on dsn, closed at the end of the test.

@@ -16,7 +16,7 @@ import (
 func TestServerRestart(t *testing.T) {
 	t.Parallel()
 	srv := ownServer(t)
-	pool1, pool2 := newPool(t, srv.dsn()), newPool(t, srv.dsn())
+	pool1, pool2 := newPool(t, srv.DSN()), newPool(t, srv.DSN())
 	table := newTable(t, pool1, "restart")
 	cfg := Config{Pool: pool1, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
 	g1 := newLeased(t, cfg)
@@ -27,7 +27,9 @@ func TestServerRestart(t *testing.T) {
 
 	for _, outage := range []time.Duration{time.Second, testTTL + 500*time.Millisecond} {
 		stoppedAt := time.Now()
-		srv.stop()
+		if err := srv.Stop(); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(outage)
 		for i, c := range []*collector{c1, c2} {
 			_, last := c.count()
@@ -46,7 +48,7 @@ func TestServerRestart(t *testing.T) {
 			t.Logf("%v into the outage: %v", outage, err)
 		}
 		restartedAt := time.Now()
-		if err := srv.start(); err != nil {
+		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
 		for i, c := range []*collector{c1, c2} {
@@ -80,8 +82,8 @@ func TestServerRestart(t *testing.T) {
 func TestCutOff(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	p := newProxy(t, srv.addr())
-	poolA, poolB := newPool(t, dsnFor(p.addr)), newPool(t, srv.dsn())
+	p := newProxy(t, srv.Addr())
+	poolA, poolB := newPool(t, srv.DSNAt(p.addr)), newPool(t, srv.DSN())
 	table := newTable(t, poolB, "cutoff")
 	cfgA := Config{Pool: poolA, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "A"}
 	cfgB := cfgA
@@ -176,7 +178,7 @@ func TestCutOff(t *testing.T) {
 func TestFence(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	pool := newPool(t, srv.dsn())
+	pool := newPool(t, srv.DSN())
 	table := newTable(t, pool, "fence")
 	cfg := Config{Pool: pool, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew}
 	g1 := newLeased(t, cfg)

@@ -156,12 +156,12 @@ func TestPasswordNeverShown(t *testing.T) {
 func TestDisjointProcesses(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	pool := newPool(t, srv.dsn())
+	pool := newPool(t, srv.DSN())
 	table := newTable(t, pool, "disjoint")
 	const procs = 4
 	var hs []*helper
 	for i := range procs {
-		hs = append(hs, startHelper(t, "gen", srv.dsn(), table, fmt.Sprintf("child %d", i)))
+		hs = append(hs, startHelper(t, "gen", srv.DSN(), table, fmt.Sprintf("child %d", i)))
 	}
 	check := newIDCheck(t)
 	type use struct {
@@ -212,7 +212,7 @@ func TestDisjointProcesses(t *testing.T) {
 func TestRefusedWhenAllHeld(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	pool := newPool(t, srv.dsn())
+	pool := newPool(t, srv.DSN())
 	table := newTable(t, pool, "refused")
 	cfg := Config{Pool: pool, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
 	ctx := context.Background()
@@ -276,7 +276,7 @@ func TestRefusedWhenAllHeld(t *testing.T) {
 func TestClaimReleaseCycles(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	pool := newPool(t, srv.dsn())
+	pool := newPool(t, srv.DSN())
 	table := newTable(t, pool, "cycles")
 	cfg := Config{Pool: pool, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
 	const workers, cycles = 4, 500

@@ -164,9 +164,9 @@ func (h *helper) ids(t *testing.T) []issued {
 func TestKilledHolder(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	pool := newPool(t, srv.dsn())
+	pool := newPool(t, srv.DSN())
 	table := newTable(t, pool, "killed")
-	h := startHelper(t, "hold", srv.dsn(), table, "doomed")
+	h := startHelper(t, "hold", srv.DSN(), table, "doomed")
 	l1 := h.lease(t)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if fi, err := os.Stat(h.out); err == nil && fi.Size() > 8*32*20 {

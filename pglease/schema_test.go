@@ -17,7 +17,7 @@ import (
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	pool := newPool(t, srv.dsn())
+	pool := newPool(t, srv.DSN())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -120,7 +120,7 @@ func TestMigrate(t *testing.T) {
 func TestUsedSecondsRangeChecked(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	pool := newPool(t, srv.dsn())
+	pool := newPool(t, srv.DSN())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	table := newTable(t, pool, "forged")
@@ -185,7 +185,7 @@ func TestSourceMigrate(t *testing.T) {
 	srv := server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := New(Config{DSN: srv.dsn(), Table: "source_migrated"})
+	s, err := New(Config{DSN: srv.DSN(), Table: "source_migrated"})
 	if err != nil {
 		t.Fatal(err)
 	}

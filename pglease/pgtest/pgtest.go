@@ -1,0 +1,436 @@
+// Package pgtest provides throwaway PostgreSQL servers for tests, in the
+// spirit of net/http/httptest.
+//
+// A [Server] is a real PostgreSQL server that the test binary starts
+// itself: initdb into a new temporary directory, postgres listening on a
+// free port on 127.0.0.1 only, with its unix socket in that directory and
+// durability turned off (fsync, synchronous_commit, full_page_writes) for
+// speed. The server is stopped by its PID, never by name, and the
+// directory is removed by [Server.Close]. When the test binary runs as
+// root, initdb and postgres run as the postgres user (initdb refuses to
+// run as root). The server also receives SIGQUIT if the test binary dies
+// without stopping it.
+//
+// The server binaries are looked up by [Find]. Without them, [Main],
+// [Shared] and [New] skip the tests with a message saying how to install
+// them, unless [Required] reports that they must not be skipped (the CI
+// environment variable is set), in which case the tests fail.
+//
+// A package whose tests share one server uses [Main] as its TestMain and
+// [Shared] in its tests; a test that needs a server of its own (one it
+// stops and restarts, say) uses [New].
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BinEnv is the environment variable that, when set, names the directory
+// holding initdb and postgres; [Find] then looks nowhere else.
+const BinEnv = "RANDFLAKE_PGLEASE_BIN"
+
+// User and Database are the role and database that [Server.DSN] connects
+// to. The role is the cluster's superuser, and any local connection is
+// trusted, without a password.
+const (
+	User     = "randflake"
+	Database = "postgres"
+)
+
+// ErrNotFound is returned, wrapped in an error saying how to install the
+// binaries, by [Find] and [Start] when initdb and postgres are not found.
+var ErrNotFound = errors.New("no PostgreSQL server binaries (initdb, postgres)")
+
+const installHint = "install them (Debian: apt-get install postgresql) or set $" + BinEnv + " to their directory"
+
+// Find returns the directory holding the initdb and postgres binaries:
+// the one $RANDFLAKE_PGLEASE_BIN ([BinEnv]) names if it is set, else the
+// one of initdb on PATH, else the newest /usr/lib/postgresql/VERSION/bin.
+// If there is none, the error wraps [ErrNotFound] and says how to install
+// them.
+func Find() (binDir string, err error) {
+	if d := os.Getenv(BinEnv); d != "" {
+		if hasBinaries(d) {
+			return d, nil
+		}
+		return "", fmt.Errorf("%w in $%s=%s; %s", ErrNotFound, BinEnv, d, installHint)
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if dir := filepath.Dir(p); hasBinaries(dir) {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi > vj
+	})
+	for _, d := range dirs {
+		if hasBinaries(d) {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("%w on PATH or under /usr/lib/postgresql/*/bin; %s", ErrNotFound, installHint)
+}
+
+func hasBinaries(dir string) bool {
+	for _, name := range []string{"initdb", "postgres"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || fi.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+// Required reports whether tests needing a server must fail rather than
+// be skipped when there are no server binaries: whether the CI
+// environment variable is set to anything but "", "false" or "0".
+func Required() bool {
+	ci := os.Getenv("CI")
+	return ci != "" && ci != "false" && ci != "0"
+}
+
+// Server is a throwaway PostgreSQL server for tests. Its methods may be
+// called from any goroutine.
+type Server struct {
+	bin  string              // directory of initdb and postgres
+	dir  string              // temporary directory: data/, the socket, the log
+	port int                 // TCP port on 127.0.0.1
+	cred *syscall.Credential // the postgres user's, when running as root
+	log  string              // the server's log file
+
+	mu     sync.Mutex // serializes Start, Stop and Close
+	cmd    *exec.Cmd  // the running postgres, nil when stopped
+	done   chan struct{}
+	closed bool
+}
+
+// Start creates a database cluster in a new temporary directory and
+// starts a server on it, returning once the server accepts connections.
+// The caller must call [Server.Close]. Without server binaries the error
+// wraps [ErrNotFound].
+func Start() (*Server, error) {
+	bin, err := Find()
+	if err != nil {
+		return nil, err
+	}
+	s, err := initServer(bin)
+	if err == nil {
+		err = s.Start()
+	}
+	if err != nil {
+		if s != nil {
+			os.RemoveAll(s.dir)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// initServer runs initdb into a new temporary directory and picks a port.
+// On error the directory, if made, is s.dir.
+func initServer(bin string) (*Server, error) {
+	base := os.TempDir()
+	if os.Geteuid() == 0 && !othersCanEnter(base) {
+		base = "/tmp" // the postgres user must reach the directory
+	}
+	dir, err := os.MkdirTemp(base, "pgtest-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, dir: dir, log: filepath.Join(dir, "postgres.log")}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return s, fmt.Errorf("running as root, and initdb refuses root: %w (the Debian package creates the postgres user)", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return s, err
+		}
+	}
+	cmd := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", User,
+		"-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if err := cmd.Run(); err != nil {
+		return s, fmt.Errorf("initdb: %v\n%s", err, out.Bytes())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return s, err
+	}
+	s.port = ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return s, nil
+}
+
+// othersCanEnter reports whether every directory from / to dir lets
+// other users through.
+func othersCanEnter(dir string) bool {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
+}
+
+// spawns carries start requests to the one goroutine that starts the
+// servers. It is locked to its OS thread for the life of the test binary:
+// the kernel sends the parent-death signal (which stops a server left by a
+// test binary that died) when the forking thread ends, not the process.
+var (
+	spawns     = make(chan spawnRequest)
+	spawnsOnce sync.Once
+)
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawnsOnce.Do(func() {
+		go func() {
+			runtime.LockOSThread() // never unlocked
+			for r := range spawns {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
+	spawns <- r
+	return <-r.done
+}
+
+// Start starts a stopped server again, on the same port and data, and
+// returns once it accepts connections. It is an error to start a running
+// or closed server.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("pgtest: Start of a closed server")
+	}
+	if s.cmd != nil {
+		return errors.New("pgtest: Start of a running server")
+	}
+	lf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"),
+		"-p", strconv.Itoa(s.port), "-h", "127.0.0.1", "-k", s.dir,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=200", "-c", "shared_buffers=32MB", "-c", "log_min_messages=warning")
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
+	if err := spawn(cmd); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := pgx.Connect(ctx, s.DSN())
+		cancel()
+		if err == nil {
+			c.Close(context.Background())
+			return nil
+		}
+		select {
+		case <-done:
+			s.cmd = nil
+			return fmt.Errorf("postgres exited: %v\n%s", cmd.ProcessState, s.LogTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.stopLocked()
+			return fmt.Errorf("postgres not accepting connections after 30s: %v\n%s", err, s.LogTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop stops the server by its PID with a fast shutdown (SIGINT: open
+// transactions are rolled back, clients disconnected), killing it if it
+// has not exited within 10 seconds, and returns once it has exited. The
+// data stay, for [Server.Start]. Stopping a stopped server does nothing.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopLocked()
+}
+
+func (s *Server) stopLocked() error {
+	cmd, done := s.cmd, s.done
+	if cmd == nil {
+		return nil
+	}
+	s.cmd = nil
+	var err error
+	if e := cmd.Process.Signal(syscall.SIGINT); e != nil && !errors.Is(e, os.ErrProcessDone) {
+		err = fmt.Errorf("pgtest: stopping postgres: %w", e)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		err = errors.New("pgtest: postgres did not stop within 10s of SIGINT and was killed")
+	}
+	return err
+}
+
+// Restart stops the server and starts it again.
+func (s *Server) Restart() error {
+	if err := s.Stop(); err != nil {
+		return err
+	}
+	return s.Start()
+}
+
+// Close stops the server, as [Server.Stop] does, and removes its
+// temporary directory. Closing a closed server does nothing.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.stopLocked()
+	os.RemoveAll(s.dir)
+}
+
+// Addr returns the server's TCP address, 127.0.0.1:PORT. It stays the
+// same across [Server.Stop] and [Server.Start].
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// DSN returns a key=value connection string for the server: role [User],
+// database [Database], sslmode=disable and a connect_timeout of 2 seconds.
+func (s *Server) DSN() string { return s.DSNAt(s.Addr()) }
+
+// DSNAt returns [Server.DSN] with host and port taken from addr
+// (HOST:PORT) instead: for reaching the server through a proxy.
+func (s *Server) DSNAt(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, port = addr, "5432"
+	}
+	return fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable connect_timeout=2", host, port, User, Database)
+}
+
+// Dir returns the server's temporary directory, which holds the data
+// directory, the unix socket and the log; [Server.Close] removes it.
+func (s *Server) Dir() string { return s.dir }
+
+// LogTail returns the last 4 KB of the server's log, for failure
+// messages. Only warnings and worse are logged.
+func (s *Server) LogTail() string {
+	b, _ := os.ReadFile(s.log)
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+var (
+	shared    *Server // started by Main
+	sharedErr error   // why Main has no server
+	inMain    bool
+)
+
+// Main is a TestMain for a package whose tests share one server: it
+// starts a server, runs the tests, closes the server and exits with the
+// tests' status. Tests get the server from [Shared].
+//
+// Without server binaries Main prints why to standard error and runs the
+// tests without a server, so that [Shared] and [New] skip them, or, when
+// [Required], exits with status 1 without running them. If the binaries
+// are there but the server does not start, Main exits with status 1.
+func Main(m *testing.M) {
+	inMain = true
+	s, err := Start()
+	switch {
+	case errors.Is(err, ErrNotFound) && !Required():
+		fmt.Fprintf(os.Stderr, "pgtest: %v: the tests needing PostgreSQL are skipped\n", err)
+		sharedErr = err
+		os.Exit(m.Run())
+	case errors.Is(err, ErrNotFound):
+		fmt.Fprintf(os.Stderr, "pgtest: CI is set and %v\n", err)
+		os.Exit(1)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "pgtest: starting PostgreSQL: %v\n", err)
+		os.Exit(1)
+	}
+	shared = s
+	code := m.Run()
+	s.Close()
+	os.Exit(code)
+}
+
+// Shared returns the server that [Main] started, or skips t if there are
+// no server binaries. It fails t if the package's TestMain is not Main.
+// The tests share the server, so each should work in objects of its own
+// (tables, schemas or databases) and leave the server running.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	switch {
+	case shared != nil:
+		return shared
+	case !inMain:
+		t.Fatal("pgtest.Shared needs pgtest.Main as the package's TestMain")
+	default:
+		t.Skip(sharedErr)
+	}
+	return nil
+}
+
+// New starts a server for t alone, closed when t and its subtests end.
+// Without server binaries it skips t, or fails it when [Required]; it
+// fails t if the server does not start.
+func New(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start()
+	if errors.Is(err, ErrNotFound) && !Required() {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatalf("pgtest: starting PostgreSQL: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}

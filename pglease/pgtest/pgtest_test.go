@@ -1,0 +1,149 @@
+package pgtest_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/randflake/randflake/pglease/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// query connects to dsn and returns the server's answer to SELECT 41 + 1.
+func query(t *testing.T, dsn string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT 41 + 1").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A server accepts connections once started, refuses them when stopped,
+// accepts them again on the same address after a restart, keeps its data
+// across it, and Close removes its directory.
+func TestServer(t *testing.T) {
+	t.Parallel()
+	s, err := pgtest.Start()
+	if errors.Is(err, pgtest.ErrNotFound) && !pgtest.Required() {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			s.Close()
+		}
+	}()
+	if _, err := os.Stat(s.Dir()); err != nil {
+		t.Fatalf("server directory: %v", err)
+	}
+	if n := query(t, s.DSN()); n != 42 {
+		t.Fatalf("SELECT 41 + 1 = %d", n)
+	}
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+
+	addr := s.Addr()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if c, err := pgx.Connect(ctx, s.DSN()); err == nil {
+		c.Close(ctx)
+		t.Fatal("connected to a stopped server")
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err == nil {
+		t.Fatal("Start of a running server succeeded")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Addr() != addr {
+		t.Errorf("address %s after the restart, was %s", s.Addr(), addr)
+	}
+	if n := query(t, s.DSNAt(addr)); n != 42 {
+		t.Fatalf("after the restart, SELECT 41 + 1 = %d", n)
+	}
+	c, err = pgx.Connect(ctx, s.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := c.QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != 7 {
+		t.Fatalf("row after the restart: %d, %v", v, err)
+	}
+	c.Close(ctx)
+
+	dir := s.Dir()
+	s.Close()
+	closed = true
+	s.Close() // a second Close does nothing
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("server directory after Close: %v", err)
+	}
+	if err := s.Start(); err == nil {
+		t.Error("Start of a closed server succeeded")
+	}
+}
+
+// Shared returns the one server Main started, to every test.
+func TestShared(t *testing.T) {
+	t.Parallel()
+	s := pgtest.Shared(t)
+	if s != pgtest.Shared(t) {
+		t.Fatal("two shared servers")
+	}
+	if n := query(t, s.DSN()); n != 42 {
+		t.Fatalf("SELECT 41 + 1 = %d", n)
+	}
+}
+
+// Find looks only in $RANDFLAKE_PGLEASE_BIN when it is set, and says how
+// to install the binaries when they are not there.
+func TestFindEnv(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(pgtest.BinEnv, dir)
+	_, err := pgtest.Find()
+	if !errors.Is(err, pgtest.ErrNotFound) {
+		t.Fatalf("Find with an empty $%s: %v, want ErrNotFound", pgtest.BinEnv, err)
+	}
+	t.Log(err)
+	if _, err := pgtest.Start(); !errors.Is(err, pgtest.ErrNotFound) {
+		t.Fatalf("Start with an empty $%s: %v, want ErrNotFound", pgtest.BinEnv, err)
+	}
+}
+
+func TestRequired(t *testing.T) {
+	for ci, want := range map[string]bool{"": false, "false": false, "0": false, "true": true, "1": true, "yes": true} {
+		t.Setenv("CI", ci)
+		if got := pgtest.Required(); got != want {
+			t.Errorf("CI=%q: Required() = %v, want %v", ci, got, want)
+		}
+	}
+}
