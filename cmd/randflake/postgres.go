@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -45,13 +46,17 @@ func (l *leaseFlags) openPostgres(ctx context.Context, log *slog.Logger, secret 
 	}
 	defer waitNotice(log, "still waiting for node IDs from PostgreSQL", "table", l.pg.table)()
 	if l.pg.migrate {
-		if err := src.Migrate(ctx); err != nil {
+		if err := untilReachable(ctx, func() error { return src.Migrate(ctx) }); err != nil {
 			src.Close()
 			return nil, fmt.Errorf("postgres: creating the tables: %w", err)
 		}
 	}
 	rs := &renewalCounter{LeaseSource: src}
-	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: rs, Logger: log})
+	var g *randflake.Leased
+	err = untilReachable(ctx, func() (err error) {
+		g, err = randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: rs, Logger: log})
+		return err
+	})
 	if err != nil {
 		src.Close()
 		if errors.Is(err, pglease.ErrNoSchema) {
@@ -60,6 +65,25 @@ func (l *leaseFlags) openPostgres(ctx context.Context, log *slog.Logger, secret 
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	return &leased{Leased: g, describe: "postgres " + l.pg.table, cleanup: src.Close, renewals: rs}, nil
+}
+
+// untilReachable runs op until it succeeds, fails for a reason other than
+// an unreachable server (a network error), or ctx ends. So a process
+// started before its database waits for it, as it does for etcd, while a
+// refused password or missing tables end it at once.
+func untilReachable(ctx context.Context, op func() error) error {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		err := op()
+		var netErr *net.OpError
+		if err == nil || !errors.As(err, &netErr) {
+			return err
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // splitTable splits [SCHEMA.]TABLE at its first dot.
