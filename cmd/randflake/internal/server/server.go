@@ -84,6 +84,9 @@ type Config struct {
 	LeaseEnd func() int64
 	// MaxCount bounds the count parameter (default 10,000).
 	MaxCount int
+	// MaxBinaryCount bounds the count parameter of binary answers
+	// (Accept: application/octet-stream; default DefaultMaxBinaryCount).
+	MaxBinaryCount int
 	// InspectToken enables GET /v1/ids/{id} for requests that carry it as
 	// a bearer token. Empty disables inspection (404).
 	InspectToken string
@@ -120,8 +123,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxCount == 0 {
 		cfg.MaxCount = 10000
 	}
-	if cfg.MaxCount < 1 {
-		return nil, errors.New("server: MaxCount must be positive")
+	if cfg.MaxCount < 1 || cfg.MaxBinaryCount < 0 {
+		return nil, errors.New("server: MaxCount and MaxBinaryCount must be positive")
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -174,6 +177,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.route(rec, r)
 	if s.cfg.AccessLog != nil {
 		s.logAccess(rec, r.Method, r.URL.Path, r.RemoteAddr, time.Since(start))
+	}
+	if rec.abort {
+		panic(http.ErrAbortHandler) // a binary answer cut short: see binaryIDs
 	}
 }
 
@@ -317,8 +323,13 @@ func parseCount(s string) (int, bool) {
 	return n, true
 }
 
-// ids serves GET /v1/ids?count=N[&format=string|int].
+// ids serves GET /v1/ids?count=N[&format=string|int], in JSON, text or
+// (binary.go) the binary format.
 func (s *Server) ids(w *recorder, r *http.Request) {
+	if wantsBinary(r) {
+		s.binaryIDs(w, r) // binary.go
+		return
+	}
 	q, msg := parseIDsQuery(r.URL.RawQuery, s.cfg.MaxCount)
 	if msg != "" {
 		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
@@ -363,20 +374,9 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 // generateFailed answers a failed GenerateBatch with a generic message
 // and logs the error.
 func (s *Server) generateFailed(w *recorder, count int, err error) {
-	status, kind, msg, level := http.StatusServiceUnavailable, KindInternal, "", slog.LevelError
-	switch {
-	case errors.Is(err, randflake.ErrClosed):
-		kind, msg, level = KindUnavailable, "unavailable: shutting down", slog.LevelWarn
-	case errors.Is(err, randflake.ErrResourceExhausted):
-		kind, msg, level = KindExhausted, "unavailable: this second's IDs are used up; retry in a second", slog.LevelWarn
+	status, kind, msg, level := classify(err)
+	if kind == KindExhausted || kind == KindClock {
 		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, randflake.ErrInvalidLease):
-		kind, msg = KindLease, "unavailable: no valid node-ID lease"
-	case errors.Is(err, randflake.ErrConsistencyViolation):
-		kind, msg, level = KindClock, "unavailable: the clock is behind IDs already issued; retry in a second", slog.LevelWarn
-		w.Header().Set("Retry-After", "1")
-	default:
-		status, msg = http.StatusInternalServerError, "internal error"
 	}
 	if n, ok := s.limited.allow(kind, time.Now()); ok {
 		attrs := []any{"kind", kind, "count", count, "err", err}
@@ -386,6 +386,22 @@ func (s *Server) generateFailed(w *recorder, count int, err error) {
 		s.log.Log(context.Background(), level, "issuing IDs failed", attrs...)
 	}
 	s.fail(w, status, kind, msg)
+}
+
+// classify returns the answer to a failed GenerateBatch: status, kind,
+// message for the client and the level of its log line.
+func classify(err error) (status int, kind, msg string, level slog.Level) {
+	switch {
+	case errors.Is(err, randflake.ErrClosed):
+		return http.StatusServiceUnavailable, KindUnavailable, "unavailable: shutting down", slog.LevelWarn
+	case errors.Is(err, randflake.ErrResourceExhausted):
+		return http.StatusServiceUnavailable, KindExhausted, "unavailable: this second's IDs are used up; retry in a second", slog.LevelWarn
+	case errors.Is(err, randflake.ErrInvalidLease):
+		return http.StatusServiceUnavailable, KindLease, "unavailable: no valid node-ID lease", slog.LevelError
+	case errors.Is(err, randflake.ErrConsistencyViolation):
+		return http.StatusServiceUnavailable, KindClock, "unavailable: the clock is behind IDs already issued; retry in a second", slog.LevelWarn
+	}
+	return http.StatusInternalServerError, KindInternal, "internal error", slog.LevelError
 }
 
 func appendID(b []byte, id int64, format string) []byte {
@@ -495,6 +511,7 @@ type recorder struct {
 	status int
 	bytes  int64
 	kind   string
+	abort  bool // the answer is incomplete: abort the connection
 }
 
 // WriteHeader records the first status and sends it on.
