@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/randflake/randflake"
 )
 
 // The binary batch format of GET /v1/ids, chosen with
@@ -19,7 +21,10 @@ import (
 // after them. Content-Length is 8 × count. The answer is written in chunks
 // of binaryChunk IDs, each generated into a pooled buffer and written with
 // one Write, so that a request holds at most one chunk (512 KiB) whatever
-// its count.
+// its count. Once IDs are reserved for an answer, a second whose sequence
+// numbers run out (or a clock just behind the IDs issued) is waited out,
+// at most twice, instead of failing: the answer goes on with the next
+// second's IDs.
 
 // MediaTypeBinary is the media type of the binary batch format.
 const MediaTypeBinary = "application/octet-stream"
@@ -100,14 +105,25 @@ func (s *Server) binaryIDs(w *recorder, r *http.Request) {
 	bp := chunks.Get().(*[]int64)
 	defer chunks.Put(bp)
 	buf := *bp
-	left := q.count
+	left, waits := q.count, 0
 	for sent := 0; left > 0; sent++ {
 		chunk := buf[:min(left, len(buf))]
-		n, err := s.cfg.Generator.GenerateBatch(chunk)
-		if err == nil && n != len(chunk) {
-			err = errors.New("GenerateBatch returned fewer IDs than asked for without an error")
-		}
-		if err != nil {
+		for filled := 0; filled < len(chunk); {
+			n, err := s.cfg.Generator.GenerateBatch(chunk[filled:])
+			filled += n
+			if err == nil && n == 0 {
+				err = errors.New("GenerateBatch returned no IDs and no error")
+			}
+			if err == nil {
+				continue
+			}
+			started := sent > 0 || filled > 0
+			if started && waits < maxBinaryWaits && perSecond(err) && waitNextSecond(r.Context()) {
+				// IDs are reserved or sent already: rather than waste
+				// them, take the rest from the next second.
+				waits++
+				continue
+			}
 			if sent == 0 {
 				// Nothing sent yet: the usual JSON error.
 				s.generateFailed(w, q.count, err)
@@ -138,6 +154,31 @@ func (s *Server) binaryIDs(w *recorder, r *http.Request) {
 		}
 	}
 	s.batches.Observe(float64(q.count))
+}
+
+// maxBinaryWaits bounds the waits for the next second in one binary
+// answer.
+const maxBinaryWaits = 2
+
+// perSecond reports whether err passes with the next second: this
+// second's sequence numbers are used up, or the clock is behind the IDs
+// issued (by less than a second, normally).
+func perSecond(err error) bool {
+	return errors.Is(err, randflake.ErrResourceExhausted) || errors.Is(err, randflake.ErrConsistencyViolation)
+}
+
+// waitNextSecond sleeps until the wall clock's next second and reports
+// whether it got there before ctx ended.
+func waitNextSecond(ctx context.Context) bool {
+	now := time.Now()
+	t := time.NewTimer(now.Truncate(time.Second).Add(time.Second + time.Millisecond).Sub(now))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // abortBinary ends a binary answer whose headers are sent after a failed

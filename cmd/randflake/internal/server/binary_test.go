@@ -314,3 +314,51 @@ func TestClientBinary(t *testing.T) {
 		t.Errorf("Fetch of an aborted answer: %d IDs, %v; want no IDs and a short-response error", len(ids), err)
 	}
 }
+
+// exhaustOnce fills half of its second call's slice, then reports the
+// second used up; every other call is passed on.
+type exhaustOnce struct {
+	Generator
+	calls atomic.Int64
+}
+
+func (e *exhaustOnce) GenerateBatch(dst []int64) (int, error) {
+	if e.calls.Add(1) == 2 {
+		n, err := e.Generator.GenerateBatch(dst[:len(dst)/2])
+		if err != nil {
+			return n, err
+		}
+		return n, fmt.Errorf("after %d IDs: %w", n, randflake.ErrResourceExhausted)
+	}
+	return e.Generator.GenerateBatch(dst)
+}
+
+// A second used up in the middle of a binary answer is waited out: the
+// answer completes with the next second's IDs, none lost or repeated.
+func TestBinaryWaitsOutExhaustion(t *testing.T) {
+	gen := &exhaustOnce{Generator: newSharded(t)}
+	_, ts := newServer(t, Config{Generator: gen})
+	n := 3 * binaryChunk
+	start := time.Now()
+	resp, body := do(t, "GET", ts.URL+"/v1/ids?count="+strconv.Itoa(n), acceptBinary)
+	if resp.StatusCode != 200 || len(body) != 8*n {
+		t.Fatalf("status %d, %d bytes; want 200 and %d", resp.StatusCode, len(body), 8*n)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("took %v", took)
+	}
+	ids := decodeBinary(t, body)
+	checkDistinct(t, ids)
+	if c := gen.calls.Load(); c != 4 {
+		t.Errorf("%d GenerateBatch calls, want 4 (chunk, half a chunk, its other half, chunk)", c)
+	}
+	_, m := do(t, "GET", ts.URL+"/metrics", nil)
+	for _, want := range []string{"randflake_ids_issued_total " + strconv.FormatFloat(float64(n), 'g', -1, 64) + "\n", "randflake_batch_size_count 1\n"} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(string(m), "randflake_errors_total{") {
+		t.Errorf("an error was counted:\n%s", m)
+	}
+}
