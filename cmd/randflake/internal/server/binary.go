@@ -208,5 +208,7 @@ func (s *Server) maxBinaryCount() int {
 // Header values shared by every answer; net/http only reads them.
 var (
 	headerBinary  = []string{MediaTypeBinary}
+	headerJSON    = []string{"application/json"}
+	headerText    = []string{"text/plain; charset=utf-8"}
 	headerNoStore = []string{"no-store"}
 )

@@ -167,8 +167,12 @@ func New(cfg Config) (*Server, error) {
 // exact path: there are no redirects, and a non-canonical path is not
 // found.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &recorder{ResponseWriter: w}
-	start := time.Now()
+	rec := recorders.Get().(*recorder)
+	*rec = recorder{ResponseWriter: w}
+	var start time.Time
+	if s.cfg.AccessLog != nil {
+		start = time.Now()
+	}
 	if c, ok := r.Context().Value(connKey{}).(*headConn); ok && c.unsure.Load() {
 		// The head-size limit lost track of the framing (a chunked body,
 		// say; no endpoint takes a body): end the connection here.
@@ -181,7 +185,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rec.abort {
 		panic(http.ErrAbortHandler) // a binary answer cut short: see binaryIDs
 	}
+	*rec = recorder{}
+	recorders.Put(rec)
 }
+
+// recorders holds *recorder for reuse: one fewer allocation per request.
+var recorders = sync.Pool{New: func() any { return new(recorder) }}
 
 func (s *Server) route(w *recorder, r *http.Request) {
 	p := r.URL.Path
@@ -335,7 +344,16 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
 		return
 	}
-	ids := make([]int64, q.count)
+	// Up to smallBatch IDs, both buffers are reused: no allocation.
+	var ids []int64
+	var buf []byte
+	if q.count <= smallBatch {
+		sc := scratches.Get().(*scratch)
+		defer scratches.Put(sc)
+		ids, buf = sc.ids[:q.count], sc.buf[:0]
+	} else {
+		ids, buf = make([]int64, q.count), make([]byte, 0, 16+q.count*23)
+	}
 	n, err := s.cfg.Generator.GenerateBatch(ids)
 	if err != nil {
 		// A partial batch is not handed out: the caller asked for count.
@@ -345,10 +363,12 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 	ids = ids[:n]
 	s.issued.Add(float64(n))
 	s.batches.Observe(float64(n))
-	w.Header().Set("Cache-Control", "no-store")
+	// The header values are shared slices (see headerBinary): no
+	// canonicalization and no allocation per request.
+	h := w.Header()
+	h["Cache-Control"] = headerNoStore
 	if wantsText(r) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		buf := make([]byte, 0, n*21)
+		h["Content-Type"] = headerText
 		for _, id := range ids {
 			buf = appendID(buf, id, q.format)
 			buf = append(buf, '\n')
@@ -356,8 +376,7 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 		w.Write(buf)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	buf := make([]byte, 0, 16+n*23)
+	h["Content-Type"] = headerJSON
 	buf = append(buf, `{"ids":[`...)
 	for i, id := range ids {
 		if i > 0 {
@@ -370,6 +389,19 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 	buf = append(buf, "]}\n"...)
 	w.Write(buf)
 }
+
+// smallBatch is the largest count whose buffers come from scratches.
+const smallBatch = 128
+
+// scratch holds the buffers of one small answer; buf has room for the
+// longest (JSON: at most 23 bytes an ID, and the wrapper).
+type scratch struct {
+	ids [smallBatch]int64
+	buf []byte
+}
+
+// scratches holds *scratch for reuse: no allocation for small answers.
+var scratches = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 16+smallBatch*23)} }}
 
 // generateFailed answers a failed GenerateBatch with a generic message
 // and logs the error.
