@@ -1,7 +1,9 @@
 package server
 
 import (
+	"encoding/binary"
 	"io"
+	"math/bits"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -114,4 +116,33 @@ func BenchmarkLoopback(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSwap is the binary answer's byte swap of one chunk in place
+// (bits.ReverseBytes64, as binaryIDs does) beside encoding it into a byte
+// buffer with binary.BigEndian.
+func BenchmarkSwap(b *testing.B) {
+	ids := make([]int64, binaryChunk)
+	for i := range ids {
+		ids[i] = int64(uint64(i) * 0x9e3779b97f4a7c15)
+	}
+	b.Run("ReverseBytes64-in-place", func(b *testing.B) {
+		b.SetBytes(8 * binaryChunk)
+		for b.Loop() {
+			for i, id := range ids {
+				ids[i] = int64(bits.ReverseBytes64(uint64(id)))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/binaryChunk, "ns/ID")
+	})
+	b.Run("BigEndian.PutUint64-copy", func(b *testing.B) {
+		out := make([]byte, 8*binaryChunk)
+		b.SetBytes(8 * binaryChunk)
+		for b.Loop() {
+			for i, id := range ids {
+				binary.BigEndian.PutUint64(out[8*i:], uint64(id))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/binaryChunk, "ns/ID")
+	})
 }
