@@ -7,8 +7,10 @@
 # warm up, then its counters are zeroed, it serves N requests (one
 # connection, `randflake load --verify=false`) and its counters are dumped.
 # The counts include the server's background goroutines during those
-# requests. Go's asynchronous preemption is off (GODEBUG=asyncpreemptoff=1):
-# callgrind cannot follow its signals.
+# requests. Both servers run with GOMAXPROCS=1, without which the
+# scheduler's spinning while it waits for the next request adds an amount
+# that depends on timing, and without Go's asynchronous preemption
+# (GODEBUG=asyncpreemptoff=1), whose signals callgrind cannot follow.
 #
 # usage: bench/service-instructions.sh [N] [ROUNDS]   (defaults 5000 and 2)
 # Needs valgrind (Debian: apt-get install valgrind).
@@ -33,7 +35,7 @@ measure() {
 	local name=$1 log=$tmp/$1.log addr="" total
 	shift
 	rm -f "$tmp/$name.out"*
-	GODEBUG=asyncpreemptoff=1 RANDFLAKE_STATE_DIR=$tmp/state-$name valgrind --tool=callgrind \
+	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 RANDFLAKE_STATE_DIR=$tmp/state-$name valgrind --tool=callgrind \
 		--callgrind-out-file="$tmp/$name.out.%p" "$rf" "$@" 2>"$log" &
 	pid=$!
 	for _ in $(seq 600); do

@@ -54,7 +54,7 @@ var littleEndian = func() bool {
 // 0 and above that of every other type the service makes (JSON, text).
 // Wildcards never choose it.
 func wantsBinary(r *http.Request) bool {
-	accept := r.Header.Get("Accept")
+	accept := acceptHeader(r)
 	if len(accept) < len(MediaTypeBinary) {
 		return false // no Accept, or too short to list it: nothing to parse
 	}
@@ -73,6 +73,15 @@ func wantsBinary(r *http.Request) bool {
 		}
 	}
 	return binary > 0 && binary >= other
+}
+
+// acceptHeader is r.Header.Get("Accept") without canonicalizing the
+// key, which net/http has done already.
+func acceptHeader(r *http.Request) string {
+	if v := r.Header["Accept"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // qValue returns the q parameter among the parameters of one Accept

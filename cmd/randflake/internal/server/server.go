@@ -445,7 +445,14 @@ func appendID(b []byte, id int64, format string) []byte {
 
 // wantsText reports whether the client prefers text/plain over JSON.
 func wantsText(r *http.Request) bool {
-	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
+	accept := acceptHeader(r)
+	switch accept { // the common cases, without parsing
+	case "", "*/*", "application/json":
+		return false
+	case "text/plain":
+		return true
+	}
+	for part := range strings.SplitSeq(accept, ",") {
 		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
 		switch strings.ToLower(strings.TrimSpace(mt)) {
 		case "text/plain":
