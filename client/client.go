@@ -17,6 +17,16 @@
 // its IDs would be discarded on arrival; a service that cannot answer within
 // MaxAge makes Next fail with ErrTooSlow instead of waiting forever.
 //
+// # Wire format
+//
+// By default the client asks for the service's binary batch format
+// (Accept: application/octet-stream): 8 bytes per ID, the int64's
+// two's-complement bits in big-endian order, with a Content-Length of 8 ×
+// BatchSize. A body shorter or longer than that is an error, never a
+// smaller batch. The same request also accepts decimal text, which older
+// versions of the service answer; Config.Format chooses JSON or text
+// instead.
+//
 // Redirects are followed only within the same scheme, host and port, at
 // most three in a row; any other redirect fails with ErrRedirect before a
 // request is sent to the other host.
@@ -25,6 +35,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,7 +68,11 @@ type Config struct {
 	// CheckRedirect, if any.
 	HTTPClient *http.Client
 	// BatchSize is the number of IDs fetched per request (default 1,000).
+	// The service takes up to 10,000 in JSON and text and up to 1,048,576
+	// in the binary format (its --max-count and --max-binary-count).
 	BatchSize int
+	// Format is the wire format asked for; the zero value is FormatBinary.
+	Format Format
 	// LowWater starts a background fetch when fewer IDs are buffered
 	// (default BatchSize/2).
 	LowWater int
@@ -86,6 +101,47 @@ type Config struct {
 	// hours; a longer Retry-After is cut to MaxRetryAfter.
 	MaxRetryAfter time.Duration
 }
+
+// Format is a wire format of GET /v1/ids.
+type Format int
+
+// The wire formats.
+const (
+	// FormatBinary asks for application/octet-stream, 8 bytes per ID,
+	// big-endian, and accepts decimal text (from older services) too.
+	FormatBinary Format = iota
+	// FormatJSON asks for application/json: {"ids":["…",…]} with
+	// decimal strings.
+	FormatJSON
+	// FormatText asks for text/plain: decimal IDs, one per line.
+	FormatText
+)
+
+// String returns "binary", "json" or "text".
+func (f Format) String() string {
+	switch f {
+	case FormatBinary:
+		return "binary"
+	case FormatJSON:
+		return "json"
+	case FormatText:
+		return "text"
+	}
+	return "Format(" + strconv.Itoa(int(f)) + ")"
+}
+
+// accept is the Accept header of requests in format f.
+func (f Format) accept() string {
+	switch f {
+	case FormatJSON:
+		return "application/json"
+	case FormatText:
+		return "text/plain"
+	}
+	return mediaTypeBinary + ", text/plain;q=0.5"
+}
+
+const mediaTypeBinary = "application/octet-stream"
 
 // Defaults for the zero values of Config's fields.
 const (
@@ -245,6 +301,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MaxAttempts < 1 {
 		return nil, errors.New("randflake/client: MaxAttempts must be positive")
+	}
+	if cfg.Format < FormatBinary || cfg.Format > FormatText {
+		return nil, fmt.Errorf("randflake/client: unknown %v", cfg.Format)
 	}
 
 	query := url.Values{"count": {strconv.Itoa(cfg.BatchSize)}, "format": {"int"}}.Encode()
@@ -602,7 +661,7 @@ func (c *Client) request(parent context.Context, ep endpoint, sent time.Time) ([
 	if err != nil {
 		return fail(err)
 	}
-	req.Header.Set("Accept", "text/plain")
+	req.Header.Set("Accept", c.cfg.Format.accept())
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fail(err)
@@ -614,6 +673,17 @@ func (c *Client) request(parent context.Context, ep endpoint, sent time.Time) ([
 		se := serverError(ep.base, resp, body, time.Now())
 		return nil, se.RetryAfter, se
 	}
+	ctype := resp.Header.Get("Content-Type")
+	if mt, _, _ := mime.ParseMediaType(ctype); mt == mediaTypeBinary {
+		if c.cfg.Format != FormatBinary {
+			return fail(fmt.Errorf("binary answer (Content-Type %q) to a request for %v", ctype, c.cfg.Format))
+		}
+		ids, err := readBinary(resp, c.cfg.BatchSize)
+		if err != nil {
+			return fail(err)
+		}
+		return ids, 0, nil
+	}
 	// An ID is at most 20 characters; allow for a line end or JSON quotes
 	// and a comma each, and for the JSON wrapper.
 	limit := int64(c.cfg.BatchSize)*24 + 64
@@ -624,11 +694,41 @@ func (c *Client) request(parent context.Context, ep endpoint, sent time.Time) ([
 	if int64(len(body)) > limit {
 		return fail(fmt.Errorf("response longer than %d bytes for %d IDs", limit, c.cfg.BatchSize))
 	}
-	ids, err := parseIDs(resp.Header.Get("Content-Type"), body, c.cfg.BatchSize)
+	ids, err := parseIDs(ctype, body, c.cfg.BatchSize)
 	if err != nil {
 		return fail(err)
 	}
 	return ids, 0, nil
+}
+
+// readBinary reads a binary answer of want IDs: exactly 8 × want bytes,
+// as Content-Length must say if it is given.
+func readBinary(resp *http.Response, want int) ([]int64, error) {
+	size := 8 * int64(want)
+	if resp.ContentLength >= 0 && resp.ContentLength != size {
+		return nil, fmt.Errorf("binary answer of %d bytes (Content-Length) for %d IDs, want %d", resp.ContentLength, want, size)
+	}
+	ids := make([]int64, want)
+	buf := make([]byte, min(size, 64<<10))
+	for done := 0; done < want; {
+		chunk := buf[:8*min(len(buf)/8, want-done)]
+		n, err := io.ReadFull(resp.Body, chunk)
+		if err != nil {
+			got := 8*int64(done) + int64(n)
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("short response: %d of %d bytes for %d IDs", got, size, want)
+			}
+			return nil, fmt.Errorf("reading response after %d of %d bytes: %w", got, size, err)
+		}
+		for i := 0; i < len(chunk); i += 8 {
+			ids[done] = int64(binary.BigEndian.Uint64(chunk[i:]))
+			done++
+		}
+	}
+	if n, _ := io.ReadFull(resp.Body, buf[:1]); n > 0 {
+		return nil, fmt.Errorf("binary answer longer than %d bytes for %d IDs", size, want)
+	}
+	return ids, nil
 }
 
 // serverError describes a non-200 answer with the given (truncated) body.
@@ -687,12 +787,15 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// parseIDs reads a successful answer: decimal IDs one per line, or, if
-// the service answered in JSON, {"ids":[...]} with decimal strings or
-// numbers.
+// parseIDs reads a successful answer: decimal IDs one per line (text/plain
+// or no Content-Type), or, if the service answered in JSON, {"ids":[...]}
+// with decimal strings or numbers. Other types are refused.
 func parseIDs(contentType string, body []byte, want int) ([]int64, error) {
 	mt, _, _ := mime.ParseMediaType(contentType)
 	var raw [][]byte
+	if mt != "" && mt != "application/json" && mt != "text/plain" {
+		return nil, fmt.Errorf("unexpected Content-Type %q", printable(contentType, 80))
+	}
 	if mt == "application/json" {
 		var j struct {
 			IDs []json.RawMessage `json:"ids"`

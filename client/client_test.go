@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -31,14 +32,38 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"boom"}`, http.StatusServiceUnavailable)
 		return
 	}
-	if r.URL.Path != "/v1/ids" || r.URL.Query().Get("format") != "int" || r.Header.Get("Accept") != "text/plain" {
+	accept := r.Header.Get("Accept")
+	if r.URL.Path != "/v1/ids" || r.URL.Query().Get("format") != "int" {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
 	n, _ := strconv.Atoi(r.URL.Query().Get("count"))
 	first := f.next.Add(int64(n)) - int64(n)
-	for i := range int64(n) {
-		fmt.Fprintln(w, first+i)
+	switch accept {
+	case "application/octet-stream, text/plain;q=0.5":
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(8*n))
+		b := make([]byte, 0, 8*n)
+		for i := range int64(n) {
+			b = binary.BigEndian.AppendUint64(b, uint64(first+i))
+		}
+		w.Write(b)
+	case "text/plain":
+		for i := range int64(n) {
+			fmt.Fprintln(w, first+i)
+		}
+	case "application/json":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"ids":[`)
+		for i := range int64(n) {
+			if i > 0 {
+				fmt.Fprint(w, ",")
+			}
+			fmt.Fprintf(w, "%q", strconv.FormatInt(first+i, 10))
+		}
+		fmt.Fprintln(w, "]}")
+	default:
+		http.Error(w, "bad Accept", http.StatusBadRequest)
 	}
 }
 

@@ -2,21 +2,24 @@ package client_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/randflake/randflake/client"
 )
 
-// idService stands in for `randflake serve`: GET /v1/ids?count=N with
-// Accept: text/plain answers N IDs, one per line. Here they count up from
-// 1000.
+// idService stands in for `randflake serve`: GET /v1/ids?count=N answers
+// N IDs, 8 bytes each, big-endian, when Accept lists
+// application/octet-stream (the client's default), else one per line.
+// Here they count up from 1000.
 func idService() http.Handler {
 	var next atomic.Int64
 	next.Store(1000)
@@ -29,8 +32,18 @@ func idService() http.Handler {
 			fmt.Fprintln(w, `{"error":"count must be a whole number","kind":"bad_count"}`)
 			return
 		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		first := next.Add(int64(n)) - int64(n)
+		if strings.Contains(r.Header.Get("Accept"), "application/octet-stream") {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Length", strconv.Itoa(8*n))
+			var b [8]byte
+			for i := range int64(n) {
+				binary.BigEndian.PutUint64(b[:], uint64(first+i))
+				w.Write(b[:])
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		for i := range int64(n) {
 			fmt.Fprintln(w, first+i)
 		}
@@ -72,4 +85,29 @@ func Example() {
 	// 1000
 	// 1001
 	// 1002
+}
+
+// Fetch takes one whole batch in one request, here in the binary format
+// (the default): BatchSize IDs or an error, never fewer IDs. A short or
+// malformed answer is an error.
+func ExampleClient_Fetch() {
+	srv := httptest.NewServer(idService())
+	defer srv.Close()
+
+	c, err := client.New(client.Config{
+		URL:       srv.URL,
+		BatchSize: 65536, // the service takes up to 1,048,576 in the binary format
+		// Format: client.FormatJSON would ask for JSON instead.
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ids, err := c.Fetch(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(ids), ids[0], ids[len(ids)-1])
+	// Output:
+	// 65536 1000 66535
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	binenc "encoding/binary" // "binary" is the e2e tests' built command
 	"flag"
 	"os"
 	"os/exec"
@@ -77,6 +78,35 @@ func runInProcess(t *testing.T, terminal bool, args ...string) (stdout, stderr s
 	}
 	code = run(e, args)
 	return out.String(), errb.String(), code
+}
+
+// gen --format binary writes the IDs of --format int, 8 bytes each,
+// big-endian, and nothing else.
+func TestGenBinaryDecodes(t *testing.T) {
+	const n = 20000
+	bin, errs, code := runInProcess(t, false, "gen", "-n", strconv.Itoa(n), "--format", "binary", "--nodes", "7")
+	if code != 0 || errs != "" || len(bin) != 8*n {
+		t.Fatalf("binary: exit %d, %d bytes, stderr %q; want 0 and %d bytes", code, len(bin), errs, 8*n)
+	}
+	text, _, code := runInProcess(t, false, "gen", "-n", strconv.Itoa(n), "--format", "int", "--nodes", "7")
+	lines := strings.Fields(text)
+	if code != 0 || len(lines) != n {
+		t.Fatalf("int: exit %d, %d lines", code, len(lines))
+	}
+	seen := make(map[int64]bool, n)
+	for i, line := range lines {
+		id := int64(binenc.BigEndian.Uint64([]byte(bin[8*i:])))
+		if want, _ := strconv.ParseInt(line, 10, 64); id != want {
+			t.Fatalf("ID %d: binary %d, int %s", i, id, line)
+		}
+		if seen[id] {
+			t.Fatalf("ID %d twice", id)
+		}
+		seen[id] = true
+	}
+	if got := strconv.FormatInt(int64(binenc.BigEndian.Uint64([]byte(bin))), 10); got != goldenDecimals[0] {
+		t.Errorf("first ID %s, want the golden %s", got, goldenDecimals[0])
+	}
 }
 
 func TestGenProgress(t *testing.T) {

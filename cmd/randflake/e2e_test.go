@@ -564,7 +564,7 @@ func TestServeEndToEnd(t *testing.T) {
 
 	t.Run("load test", func(t *testing.T) {
 		for _, batch := range []int{1, 100, 10000} {
-			rep, err := loadTest(context.Background(), loadConfig{URL: p.url, Batch: batch, Concurrency: 2, Duration: 500 * time.Millisecond})
+			rep, err := loadTest(context.Background(), loadConfig{URL: p.url, Batch: batch, Concurrency: 2, Duration: 500 * time.Millisecond, Verify: true})
 			if err != nil {
 				t.Fatalf("batch %d: %v", batch, err)
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	binenc "encoding/binary" // "binary" is the e2e tests' built command
 	"errors"
 	"flag"
 	"fmt"
@@ -19,9 +20,11 @@ import (
 	"github.com/randflake/randflake/statedir"
 )
 
-const genUsage = `gen [-n N] [--format string|int|json] [--wait D] [node and secret flags]
+const genUsage = `gen [-n N] [--format string|int|json|binary] [--wait D] [node and secret flags]
 
-Prints N new IDs, one per line (json: one JSON array). Without node flags
+Prints N new IDs, one per line (json: one JSON array; binary: 8 bytes per
+ID, big-endian two's complement, as GET /v1/ids answers with Accept:
+application/octet-stream, never to a terminal). Without node flags
 the node IDs are claimed from the state directory, as by serve. Each node
 ID issues up to 131,072 IDs a second: without --claim, gen claims enough
 for N IDs within about a second, at least 64 (16 from etcd) and at most
@@ -41,7 +44,7 @@ type genCmd struct {
 
 func (c *genCmd) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.n, "n", 1, "number of IDs")
-	fs.StringVar(&c.format, "format", "string", "output: string (base32hex), int (decimal) or json (array of strings)")
+	fs.StringVar(&c.format, "format", "string", "output: string (base32hex), int (decimal), json (array of strings) or binary (8 bytes per ID, big-endian)")
 	fs.DurationVar(&c.wait, "wait", time.Minute, "how long to wait for node IDs")
 	c.gen.register(fs, statedir.BlockSize)
 }
@@ -53,8 +56,11 @@ func (c *genCmd) run(e *env, args []string) error {
 	if c.n < 0 {
 		return usagef("-n must not be negative")
 	}
-	if c.format != "string" && c.format != "int" && c.format != "json" {
-		return usagef("--format must be string, int or json")
+	if c.format != "string" && c.format != "int" && c.format != "json" && c.format != "binary" {
+		return usagef("--format must be string, int, json or binary")
+	}
+	if c.format == "binary" && e.isTerminal(e.stdout) {
+		return usagef("refusing to write binary IDs to a terminal; redirect standard output to a file or a pipe")
 	}
 	if c.wait <= 0 {
 		return usagef("--wait must be positive")
@@ -186,8 +192,8 @@ func (c *genCmd) print(ctx context.Context, e *env, g *leased) error {
 	return w.Flush()
 }
 
-// appendID appends id in c.format: a line, or an element of the JSON
-// array (first says whether it is the first).
+// appendID appends id in c.format: a line, an element of the JSON array
+// (first says whether it is the first) or 8 big-endian bytes.
 func (c *genCmd) appendID(b []byte, id int64, first bool) []byte {
 	switch c.format {
 	case "int":
@@ -197,6 +203,8 @@ func (c *genCmd) appendID(b []byte, id int64, first bool) []byte {
 			b = append(b, ',')
 		}
 		return append(randflake.AppendString(append(b, '"'), id), '"')
+	case "binary":
+		return binenc.BigEndian.AppendUint64(b, uint64(id))
 	}
 	return append(randflake.AppendString(b, id), '\n')
 }

@@ -59,6 +59,8 @@ func goldenCases() []goldenCase {
 		{name: "gen-string", args: []string{"gen", "-n", "3", "--nodes", "7"}},
 		{name: "gen-int", args: []string{"gen", "-n", "3", "--format", "int", "--nodes", "7"}},
 		{name: "gen-json", args: []string{"gen", "-n", "3", "--format", "json", "--nodes", "7"}},
+		{name: "gen-binary", args: []string{"gen", "-n", "3", "--format", "binary", "--nodes", "7"}, redact: hexLines},
+		{name: "gen-binary-terminal", args: []string{"gen", "-n", "3", "--format", "binary", "--nodes", "7"}, terminal: true},
 		{name: "gen-json-none", args: []string{"gen", "-n", "0", "--format", "json", "--nodes", "7"}},
 		{name: "gen-help", args: []string{"gen", "--help"}},
 		{name: "gen-negative", args: []string{"gen", "-n", "-1", "--nodes", "7"}},
@@ -244,6 +246,18 @@ func redactIDs(t *testing.T, stdout string) string {
 		return stdout
 	}
 	return "(an ID)\n"
+}
+
+// hexLines shows binary output as hexadecimal, 8 bytes (one ID) a line.
+func hexLines(t *testing.T, stdout string) string {
+	if len(stdout)%8 != 0 {
+		t.Errorf("binary output of %d bytes, not a multiple of 8", len(stdout))
+	}
+	var b strings.Builder
+	for i := 0; i < len(stdout); i += 8 {
+		fmt.Fprintf(&b, "%x\n", stdout[i:min(i+8, len(stdout))])
+	}
+	return b.String()
 }
 
 var fieldsLine = regexp.MustCompile(`^1\t1\t\S+\tnode=\d+\tseq=\d+\n$`)

@@ -1,43 +1,92 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"mime"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/signal"
+	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/randflake/randflake/client"
 )
 
-const loadUsage = `load --url URL [--batch N] [--concurrency C] [--duration D | --requests R] [--rate Q]
+const loadUsage = `load [--url URL] [--format json|text|binary] [--batch N] [--concurrency C]
+     [--duration D | --requests R] [--rate Q] [--verify=false] [--compare-bare | --bare]
+     [--suite] [--cpuprofile FILE]
+   load --serve-bare ADDR [--format F] [--batch N]
 
 Sends GET /v1/ids?count=N requests to a running randflake serve, bounded in
-count and time, and reports IDs per second and latency percentiles. Every
-ID received is kept and checked for duplicates; any duplicate, malformed
-response or error fails the run (exit status 1).`
+count and time, and reports requests and IDs per second and latency
+percentiles. By default every answer is decoded by package client, and
+every ID kept and checked for duplicates; a duplicate, a malformed answer
+or an error fails the run (exit status 1). With --verify=false each answer
+is read into a counting sink through a reused buffer instead: its status,
+Content-Type, length (Content-Length when sent) and number of IDs are
+checked, and nothing is kept, so that the load generator costs little.
+
+--compare-bare runs the same load, unverified, against the service and
+then against a bare net/http handler started in this process on a
+loopback port, which answers every request with a fixed body of the size
+and type of the service's answer (13-character IDs), and prints the ratio
+of their requests per second. --bare measures the bare handler alone;
+--serve-bare ADDR only serves it, for other load generators such as wrk,
+until SIGINT or SIGTERM.
+
+--suite runs, each for --duration: binary batches of 1,048,576 and JSON
+batches of 10,000 (2 connections), single IDs in JSON unpaced
+(--concurrency connections) against the service and the bare handler,
+single IDs at --rate (default 5,000) requests/s on 8 connections, and a
+verified binary check (8 batches decoded, no duplicate); then prints a
+table and the single-ID ratio.`
 
 // loadCmd is randflake load: a bounded load test of randflake serve.
 type loadCmd struct {
 	url         string
+	format      string
 	batch       int
 	concurrency int
 	duration    time.Duration
 	requests    int
 	rate        float64
+	verify      bool
+	compareBare bool
+	bare        bool
+	serveBare   string
+	bareURL     string
+	suite       bool
+	cpuProfile  string
 }
 
 func (c *loadCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the service (loopback only)")
+	fs.StringVar(&c.format, "format", "json", "answer format asked for: json, text (both base32hex unless verified, then decimal) or binary")
 	fs.IntVar(&c.batch, "batch", 1, "IDs per request")
 	fs.IntVar(&c.concurrency, "concurrency", 4, "concurrent connections")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to run (at most 60s)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to run (at most 60s; with --suite, per measurement)")
 	fs.IntVar(&c.requests, "requests", 0, "stop after this many requests (0: run for --duration)")
-	fs.Float64Var(&c.rate, "rate", 0, "requests per second in total (0: as fast as possible)")
+	fs.Float64Var(&c.rate, "rate", 0, "requests per second in total (0: as fast as possible; --suite: for its paced row, default 5000)")
+	fs.BoolVar(&c.verify, "verify", true, "decode every ID and check for duplicates (false: count bytes and IDs only)")
+	fs.BoolVar(&c.compareBare, "compare-bare", false, "also measure a bare net/http handler with the same load, and print the ratio")
+	fs.BoolVar(&c.bare, "bare", false, "measure only the bare net/http handler (no service needed)")
+	fs.StringVar(&c.serveBare, "serve-bare", "", "only serve the bare handler on this loopback address, until a signal")
+	fs.StringVar(&c.bareURL, "bare-url", "", "with --compare-bare, --bare or --suite: measure the bare handler of a --serve-bare at this URL instead of one in this process")
+	fs.BoolVar(&c.suite, "suite", false, "run the service's whole measurement suite and print a table")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to this file")
 }
 
 func (c *loadCmd) run(e *env, args []string) error {
@@ -54,10 +103,70 @@ func (c *loadCmd) run(e *env, args []string) error {
 	if c.batch < 1 || c.concurrency < 1 || c.duration <= 0 || c.duration > time.Minute || c.requests < 0 || c.rate < 0 {
 		return usagef("--batch and --concurrency must be positive, --duration in (0, 60s], --requests and --rate not negative")
 	}
-	rep, err := loadTest(context.Background(), loadConfig{
-		URL: u.String(), Batch: c.batch, Concurrency: c.concurrency,
-		Duration: c.duration, Requests: c.requests, Rate: c.rate,
-	})
+	if c.format != "json" && c.format != "text" && c.format != "binary" {
+		return usagef("--format must be json, text or binary")
+	}
+	modes := 0
+	for _, on := range []bool{c.compareBare, c.bare, c.serveBare != "", c.suite} {
+		if on {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return usagef("--compare-bare, --bare, --serve-bare and --suite exclude each other")
+	}
+	cfg := loadConfig{
+		URL: u.String(), Format: c.format, Batch: c.batch, Concurrency: c.concurrency,
+		Duration: c.duration, Requests: c.requests, Rate: c.rate, Verify: c.verify,
+	}
+	if c.bareURL != "" {
+		b, err := url.Parse(c.bareURL)
+		if h := b.Hostname(); err != nil || b.Scheme != "http" || (h != "127.0.0.1" && h != "localhost" && h != "::1") {
+			return usagef("--bare-url must be an http URL on this machine")
+		}
+		cfg.BareURL = b.String()
+	}
+	if c.serveBare != "" {
+		return serveBare(e, c.serveBare, cfg)
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx := context.Background()
+	switch {
+	case c.suite:
+		return runSuite(ctx, e, cfg)
+	case c.bare:
+		cfg.Verify = false
+		rep, err := loadBare(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "bare net/http handler: %s", rep)
+		return nil
+	case c.compareBare:
+		cfg.Verify = false
+		svc, err := loadTest(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		bare, err := loadBare(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("bare handler: %w", err)
+		}
+		fmt.Fprintf(e.stdout, "service: %sbare net/http handler (%s, fixed %d-byte %s body): %s", svc, bareWhere(cfg), len(bareBody(cfg)), bareType(cfg.Format), bare)
+		fmt.Fprintf(e.stdout, "ratio service/bare requests/s: %.3f\n", svc.RequestsPerSecond()/bare.RequestsPerSecond())
+		return nil
+	}
+	rep, err := loadTest(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -68,17 +177,29 @@ func (c *loadCmd) run(e *env, args []string) error {
 // loadConfig is a load test, checked.
 type loadConfig struct {
 	URL         string        // the service's base URL
+	Format      string        // json (also ""), text or binary
 	Batch       int           // IDs per request
 	Concurrency int           // requests at a time
 	Duration    time.Duration // the run's bound in time
 	Requests    int           // the run's bound in requests; 0: none
 	Rate        float64       // requests per second in total; 0: no bound
+	// Verify decodes every ID (package client) and checks for duplicates;
+	// otherwise answers are counted, not decoded.
+	Verify bool
+	// BareURL is a bare handler served elsewhere (--serve-bare); "": one
+	// in this process.
+	BareURL string
 }
 
 // loadReport is the outcome of a load test.
 type loadReport struct {
+	Format    string
+	Batch     int
+	Verified  bool            // IDs decoded and checked for duplicates
 	Requests  int             // requests completed
-	IDs       int             // IDs received, all distinct
+	Refused   int             // 503 answers of kind exhausted, waited out
+	IDs       int             // IDs received (all distinct, if Verified)
+	Bytes     int64           // body bytes received
 	Elapsed   time.Duration   // the run's duration
 	Latencies []time.Duration // of every request completed, sorted
 }
@@ -96,49 +217,93 @@ func (r loadReport) percentile(p float64) time.Duration {
 // IDsPerSecond is the throughput of the run.
 func (r loadReport) IDsPerSecond() float64 { return float64(r.IDs) / r.Elapsed.Seconds() }
 
+// RequestsPerSecond is the request rate of the run.
+func (r loadReport) RequestsPerSecond() float64 { return float64(r.Requests) / r.Elapsed.Seconds() }
+
 // String is the report that load prints.
 func (r loadReport) String() string {
-	return fmt.Sprintf("requests %d, IDs %d (all distinct), %.2fs\nthroughput %.0f IDs/s, %.0f requests/s\nlatency p50 %v, p90 %v, p99 %v, max %v\n",
-		r.Requests, r.IDs, r.Elapsed.Seconds(), r.IDsPerSecond(), float64(r.Requests)/r.Elapsed.Seconds(),
+	checked := "all distinct"
+	if !r.Verified {
+		checked = "counted, not decoded"
+	}
+	mbps := ""
+	if r.Bytes > 0 {
+		mbps = fmt.Sprintf(", %.1f MB/s", float64(r.Bytes)/r.Elapsed.Seconds()/1e6)
+	}
+	if r.Refused > 0 {
+		checked += fmt.Sprintf("; %d requests refused: the second's IDs used up", r.Refused)
+	}
+	return fmt.Sprintf("%s, batch %d: requests %d, IDs %d (%s), %.2fs\nthroughput %.0f IDs/s, %.0f requests/s%s\nlatency p50 %v, p90 %v, p99 %v, max %v\n",
+		r.Format, r.Batch, r.Requests, r.IDs, checked, r.Elapsed.Seconds(),
+		r.IDsPerSecond(), r.RequestsPerSecond(), mbps,
 		r.percentile(50), r.percentile(90), r.percentile(99), r.percentile(100))
 }
 
-// loadTest runs the load and checks every ID for duplicates.
+// clientFormat is the client's Format for a load format.
+func clientFormat(f string) client.Format {
+	switch f {
+	case "binary":
+		return client.FormatBinary
+	case "text":
+		return client.FormatText
+	}
+	return client.FormatJSON
+}
+
+// loadTest runs the load and, if cfg.Verify, checks every ID for
+// duplicates.
 func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
+	if cfg.Format == "" {
+		cfg.Format = "json"
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}
 	defer tr.CloseIdleConnections()
-	// One Fetch is one request: no prefetch, no retry, so every request's
-	// latency shows.
-	cli, err := client.New(client.Config{
-		URL:        cfg.URL,
-		BatchSize:  cfg.Batch,
-		HTTPClient: &http.Client{Transport: tr},
-		MaxAge:     10 * time.Second,
-	})
-	if err != nil {
-		return loadReport{}, err
+	hc := &http.Client{Transport: tr}
+	r := &loadRun{cfg: cfg}
+	if cfg.Verify {
+		// One Fetch is one request: no prefetch, no retry, so every
+		// request's latency shows.
+		cli, err := client.New(client.Config{
+			URL: cfg.URL, BatchSize: cfg.Batch, Format: clientFormat(cfg.Format),
+			HTTPClient: hc, MaxAge: 10 * time.Second,
+		})
+		if err != nil {
+			return loadReport{}, err
+		}
+		defer cli.Close()
+		r.cli = cli
+	} else {
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return loadReport{}, err
+		}
+		u = u.JoinPath("v1", "ids")
+		u.RawQuery = "count=" + strconv.Itoa(cfg.Batch)
+		r.hc, r.reqURL = hc, u.String()
 	}
-	defer cli.Close()
-	r := &loadRun{cfg: cfg, cli: cli, start: time.Now()}
+	r.start = time.Now()
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
 		wg.Go(func() { r.worker(ctx) })
 	}
 	wg.Wait()
-	rep := loadReport{Elapsed: time.Since(r.start)}
+	rep := loadReport{Format: cfg.Format, Batch: cfg.Batch, Verified: cfg.Verify, Elapsed: time.Since(r.start)}
 	if r.err != nil {
 		return rep, r.err
 	}
-	slices.Sort(r.ids)
-	for i := 1; i < len(r.ids); i++ {
-		if r.ids[i] == r.ids[i-1] {
-			return rep, fmt.Errorf("duplicate ID %d among %d", r.ids[i], len(r.ids))
+	if cfg.Verify {
+		slices.Sort(r.ids)
+		for i := 1; i < len(r.ids); i++ {
+			if r.ids[i] == r.ids[i-1] {
+				return rep, fmt.Errorf("duplicate ID %d among %d", r.ids[i], len(r.ids))
+			}
 		}
+		r.count = len(r.ids)
 	}
 	slices.Sort(r.lat)
-	rep.Requests, rep.IDs, rep.Latencies = len(r.lat), len(r.ids), r.lat
+	rep.Requests, rep.IDs, rep.Bytes, rep.Latencies, rep.Refused = len(r.lat), r.count, r.bytes, r.lat, r.refused
 	if rep.Requests == 0 {
 		return rep, errors.New("no request completed")
 	}
@@ -147,26 +312,54 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 
 // loadRun is the state of a load test that its workers share.
 type loadRun struct {
-	cfg   loadConfig
-	cli   *client.Client
-	start time.Time
+	cfg    loadConfig
+	cli    *client.Client // with Verify
+	hc     *http.Client   // without Verify
+	reqURL string         // without Verify
+	start  time.Time
 
-	mu   sync.Mutex
-	ids  []int64         // every ID received
-	lat  []time.Duration // of every request completed
-	sent int             // requests started
-	err  error           // the first failure
+	mu      sync.Mutex
+	ids     []int64         // every ID received, with Verify
+	count   int             // IDs received
+	refused int             // 503 answers of kind exhausted
+	bytes   int64           // body bytes received
+	lat     []time.Duration // of every request completed
+	sent    int             // requests started
+	err     error           // the first failure
 }
 
 // worker makes requests until the run is over, then adds its IDs and
 // latencies to the run's.
 func (r *loadRun) worker(ctx context.Context) {
-	ids := make([]int64, 0, 1024)
-	var lat []time.Duration
+	var (
+		ids     []int64
+		lat     []time.Duration
+		count   int
+		refused int
+		bytes   int64
+		fetch   func() (int, int64, error)
+		last    []int64 // the IDs of the last Fetch, with Verify
+	)
+	if r.cli != nil {
+		ids = make([]int64, 0, 1024)
+		fetch = func() (int, int64, error) {
+			got, err := r.cli.Fetch(ctx)
+			if err == nil && len(got) != r.cfg.Batch {
+				err = fmt.Errorf("asked for %d IDs, got %d", r.cfg.Batch, len(got))
+			}
+			last = got
+			return len(got), 0, err // bytes are counted unverified only
+		}
+	} else {
+		fetch = newCounter(ctx, r.hc, r.reqURL, r.cfg).fetch
+	}
 	defer func() {
 		r.mu.Lock()
 		r.ids = append(r.ids, ids...)
 		r.lat = append(r.lat, lat...)
+		r.count += count
+		r.refused += refused
+		r.bytes += bytes
 		r.mu.Unlock()
 	}()
 	for {
@@ -182,19 +375,27 @@ func (r *loadRun) worker(ctx context.Context) {
 			}
 		}
 		t0 := time.Now()
-		got, err := r.cli.Fetch(ctx)
+		n, b, err := fetch()
 		if ctx.Err() != nil {
 			return // the run's time is up: an interrupted request is not an error
 		}
-		if err == nil && len(got) != r.cfg.Batch {
-			err = fmt.Errorf("asked for %d IDs, got %d", r.cfg.Batch, len(got))
+		if exhausted(err) {
+			// The service is at its limit for this second: counted, and
+			// waited out as the answer's Retry-After asks.
+			refused++
+			if waitNextSecond(ctx); ctx.Err() != nil {
+				return
+			}
+			continue
 		}
 		if err != nil {
 			r.fail(err)
 			return
 		}
 		lat = append(lat, time.Since(t0))
-		ids = append(ids, got...)
+		ids = append(ids, last...)
+		count += n
+		bytes += b
 	}
 }
 
@@ -222,4 +423,276 @@ func (r *loadRun) fail(err error) {
 	if r.err == nil {
 		r.err = err
 	}
+}
+
+// counter makes unverified requests for one worker: one request value and
+// one copy buffer for all of them, bodies read into a counting sink.
+type counter struct {
+	hc    *http.Client
+	req   *http.Request
+	cfg   loadConfig
+	ctype string
+	buf   []byte
+	sink  countingSink
+}
+
+func newCounter(ctx context.Context, hc *http.Client, reqURL string, cfg loadConfig) *counter {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, reqURL, nil)
+	if err != nil {
+		panic(err) // reqURL was made from a parsed URL
+	}
+	req.Header.Set("Accept", bareType(cfg.Format))
+	c := &counter{hc: hc, req: req, cfg: cfg, ctype: bareType(cfg.Format), buf: make([]byte, 256<<10)}
+	switch cfg.Format {
+	case "json":
+		c.sink.scan = '"'
+	case "text":
+		c.sink.scan = '\n'
+	}
+	return c
+}
+
+// fetch makes one request and returns the IDs and bytes it received.
+func (c *counter) fetch() (int, int64, error) {
+	resp, err := c.hc.Do(c.req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		if resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(body, []byte(`"kind":"exhausted"`)) {
+			return 0, 0, errExhausted
+		}
+		return 0, 0, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != c.ctype {
+		return 0, 0, fmt.Errorf("Content-Type %q, want %s", resp.Header.Get("Content-Type"), c.ctype)
+	}
+	c.sink.n, c.sink.seen = 0, 0
+	n, err := io.CopyBuffer(&c.sink, resp.Body, c.buf)
+	if err != nil {
+		return 0, n, fmt.Errorf("reading the answer after %d bytes: %w", n, err)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return 0, n, fmt.Errorf("answer of %d bytes, Content-Length %d", n, resp.ContentLength)
+	}
+	var ids int64
+	switch c.cfg.Format {
+	case "binary":
+		if n%8 != 0 {
+			return 0, n, fmt.Errorf("binary answer of %d bytes, not a multiple of 8", n)
+		}
+		ids = n / 8
+	case "json":
+		ids = (c.sink.seen - 2) / 2 // {"ids":["…","…"]}
+	default:
+		ids = c.sink.seen // one per line
+	}
+	if ids != int64(c.cfg.Batch) {
+		return 0, n, fmt.Errorf("asked for %d IDs, got %d (%d bytes)", c.cfg.Batch, ids, n)
+	}
+	return int(ids), n, nil
+}
+
+// errExhausted is a 503 answer of kind exhausted.
+var errExhausted = errors.New("503: this second's IDs are used up")
+
+// exhausted reports whether err is the service's 503 of kind exhausted.
+func exhausted(err error) bool {
+	var se *client.ServerError
+	return errors.Is(err, errExhausted) || (errors.As(err, &se) && se.Kind == "exhausted")
+}
+
+// countingSink counts the bytes written to it and, if scan is set, the
+// occurrences of scan among them.
+type countingSink struct {
+	scan byte
+	n    int64
+	seen int64
+}
+
+// Write counts p.
+func (s *countingSink) Write(p []byte) (int, error) {
+	s.n += int64(len(p))
+	if s.scan != 0 {
+		s.seen += int64(bytes.Count(p, []byte{s.scan}))
+	}
+	return len(p), nil
+}
+
+// bareType is the Content-Type of answers in format f.
+func bareType(f string) string {
+	switch f {
+	case "binary":
+		return "application/octet-stream"
+	case "text":
+		return "text/plain"
+	}
+	return "application/json"
+}
+
+// bareID stands for an ID in the bare handler's bodies: 13 characters, the
+// length of most IDs in base32hex.
+const bareID = "0123456789abc"
+
+// bareBody is the bare handler's fixed answer: the size and form of the
+// service's answer to cfg's requests.
+func bareBody(cfg loadConfig) []byte {
+	switch cfg.Format {
+	case "binary":
+		return make([]byte, 8*cfg.Batch)
+	case "text":
+		return bytes.Repeat([]byte(bareID+"\n"), cfg.Batch)
+	}
+	b := []byte(`{"ids":[`)
+	for i := range cfg.Batch {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `"`+bareID+`"`...)
+	}
+	return append(b, "]}\n"...)
+}
+
+// bareHandler is the bare net/http handler: the fixed body of bareBody
+// with its Content-Type, as the simplest handler would write it. Its
+// text/plain carries a charset, as the service's does.
+func bareHandler(cfg loadConfig) http.Handler {
+	body, ctype := bareBody(cfg), bareType(cfg.Format)
+	if cfg.Format == "text" {
+		ctype += "; charset=utf-8"
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", ctype)
+		w.Write(body)
+	})
+}
+
+// startBare serves the bare handler on addr and returns its listener.
+func startBare(addr string, cfg loadConfig) (net.Listener, *http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := &http.Server{Handler: bareHandler(cfg), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return ln, srv, nil
+}
+
+// loadBare runs cfg's load, unverified, against a bare handler started on
+// a loopback port of this process.
+func loadBare(ctx context.Context, cfg loadConfig) (loadReport, error) {
+	if cfg.BareURL != "" {
+		cfg.URL, cfg.Verify = cfg.BareURL, false
+		return loadTest(ctx, cfg)
+	}
+	ln, srv, err := startBare("127.0.0.1:0", cfg)
+	if err != nil {
+		return loadReport{}, err
+	}
+	defer srv.Close()
+	cfg.URL, cfg.Verify = "http://"+ln.Addr().String(), false
+	return loadTest(ctx, cfg)
+}
+
+// bareWhere says where the bare handler runs.
+func bareWhere(cfg loadConfig) string {
+	if cfg.BareURL != "" {
+		return cfg.BareURL
+	}
+	return "in this process"
+}
+
+// serveBare serves the bare handler on addr until a signal.
+func serveBare(e *env, addr string, cfg loadConfig) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || (host != "127.0.0.1" && host != "localhost" && host != "::1") {
+		return usagef("--serve-bare needs a loopback address such as 127.0.0.1:18091")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, srv, err := startBare(addr, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "bare handler on http://%s: fixed %d-byte %s body\n", ln.Addr(), len(bareBody(cfg)), bareType(cfg.Format))
+	<-ctx.Done()
+	return srv.Close()
+}
+
+// suiteRow is one measurement of the suite.
+type suiteRow struct {
+	name string
+	cfg  loadConfig
+	bare bool
+}
+
+// runSuite measures the service's rows (see loadUsage) and prints the
+// table.
+func runSuite(ctx context.Context, e *env, base loadConfig) error {
+	rate := base.Rate
+	if rate == 0 {
+		rate = 5000
+	}
+	row := func(name, format string, batch, conns int, rate float64, verify, bare bool) suiteRow {
+		c := base
+		c.Format, c.Batch, c.Concurrency, c.Rate, c.Verify, c.Requests = format, batch, conns, rate, verify, 0
+		return suiteRow{name: name, cfg: c, bare: bare}
+	}
+	rows := []suiteRow{
+		row("binary batches of 1,048,576", "binary", 1<<20, 2, 0, false, false),
+		row("JSON batches of 10,000", "json", 10000, 2, 0, false, false),
+		row("single IDs (JSON)", "json", 1, base.Concurrency, 0, false, false),
+		row("bare net/http handler, same body", "json", 1, base.Concurrency, 0, false, true),
+		row(fmt.Sprintf("single IDs at %.0f requests/s", rate), "json", 1, 8, rate, false, false),
+	}
+	check := row("binary, verified: 8 batches decoded", "binary", 1<<20, 2, 0, true, false)
+	check.cfg.Requests = 8
+	rows = append(rows, check)
+
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "measurement\tconnections\trequests/s\tIDs/s\tMB/s\tp50\tp99\t503 exhausted\t")
+	var single, bare float64
+	for i, r := range rows {
+		if i > 0 {
+			// Each row starts on a second of its own, unused by the last.
+			waitNextSecond(ctx)
+		}
+		var rep loadReport
+		var err error
+		if r.bare {
+			rep, err = loadBare(ctx, r.cfg)
+		} else {
+			rep, err = loadTest(ctx, r.cfg)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+		switch {
+		case r.bare:
+			bare = rep.RequestsPerSecond()
+		case r.cfg.Batch == 1 && r.cfg.Rate == 0:
+			single = rep.RequestsPerSecond()
+		}
+		mbps := "-" // not counted when decoding
+		if rep.Bytes > 0 {
+			mbps = strconv.FormatFloat(float64(rep.Bytes)/rep.Elapsed.Seconds()/1e6, 'f', 1, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%d\t\n", r.name, r.cfg.Concurrency, rep.RequestsPerSecond(),
+			rep.IDsPerSecond(), mbps, fmtLatency(rep.percentile(50)), fmtLatency(rep.percentile(99)), rep.Refused)
+	}
+	tw.Flush()
+	fmt.Fprintf(e.stdout, "single IDs: service/bare requests/s = %.3f (bare handler %s; target at least 0.9)\n", single/bare, bareWhere(base))
+	return nil
+}
+
+// fmtLatency prints d in ms with 3 significant digits.
+func fmtLatency(d time.Duration) string {
+	ms := float64(d) / 1e6
+	s := strconv.FormatFloat(ms, 'g', 3, 64)
+	if strings.Contains(s, "e") {
+		s = strconv.FormatFloat(ms, 'f', 1, 64)
+	}
+	return s + " ms"
 }

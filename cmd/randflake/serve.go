@@ -56,6 +56,7 @@ stops at once.`
 type serveCmd struct {
 	listen        string
 	maxCount      int
+	maxBinary     int
 	tokenFile     string
 	grace         time.Duration
 	headerTimeout time.Duration
@@ -68,6 +69,7 @@ type serveCmd struct {
 func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.IntVar(&c.maxCount, "max-count", 10000, "largest count a request may ask for")
+	fs.IntVar(&c.maxBinary, "max-binary-count", server.DefaultMaxBinaryCount, "largest count a request for binary IDs (Accept: application/octet-stream, 8 bytes per ID) may ask for")
 	fs.StringVar(&c.tokenFile, "inspect-token-file", "", "file holding the bearer token that enables GET /v1/ids/{id} ($RANDFLAKE_INSPECT_TOKEN_FILE)")
 	fs.DurationVar(&c.grace, "shutdown-timeout", 10*time.Second, "how long to wait for requests in flight on shutdown")
 	fs.DurationVar(&c.headerTimeout, "header-timeout", 5*time.Second, "how long a client may take to send its request headers")
@@ -121,6 +123,9 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 	if c.maxCount < 1 || c.headerTimeout <= 0 || c.idleTimeout <= 0 || c.grace <= 0 {
 		return nil, usagef("--max-count and the timeouts must be positive")
 	}
+	if c.maxBinary < 1 {
+		return nil, usagef("--max-binary-count must be positive")
+	}
 	if err := c.gen.lease.check(); err != nil {
 		return nil, err
 	}
@@ -135,7 +140,7 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 		log:       log,
 		listen:    c.listen,
 		tokenFile: c.tokenFile,
-		server:    server.Config{MaxCount: c.maxCount, Logger: log},
+		server:    server.Config{MaxCount: c.maxCount, MaxBinaryCount: c.maxBinary, Logger: log},
 		http: &http.Server{
 			ReadHeaderTimeout: c.headerTimeout,
 			ReadTimeout:       10 * time.Second,

@@ -87,6 +87,9 @@ type Config struct {
 	LeaseEnd func() int64
 	// MaxCount bounds the count parameter (default 10,000).
 	MaxCount int
+	// MaxBinaryCount bounds the count parameter of binary answers
+	// (Accept: application/octet-stream; default DefaultMaxBinaryCount).
+	MaxBinaryCount int
 	// InspectToken enables GET /v1/ids/{id} for requests that carry it as
 	// a bearer token. Empty disables inspection (404).
 	InspectToken string
@@ -131,8 +134,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxCount == 0 {
 		cfg.MaxCount = 10000
 	}
-	if cfg.MaxCount < 1 {
-		return nil, errors.New("server: MaxCount must be positive")
+	if cfg.MaxCount < 1 || cfg.MaxBinaryCount < 0 {
+		return nil, errors.New("server: MaxCount and MaxBinaryCount must be positive")
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -178,8 +181,12 @@ func New(cfg Config) (*Server, error) {
 // exact path: there are no redirects, and a non-canonical path is not
 // found.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &recorder{ResponseWriter: w}
-	start := time.Now()
+	rec := recorders.Get().(*recorder)
+	*rec = recorder{ResponseWriter: w}
+	var start time.Time
+	if s.cfg.AccessLog != nil {
+		start = time.Now()
+	}
 	if c, ok := r.Context().Value(connKey{}).(*headConn); ok && c.unsure.Load() {
 		// The head-size limit lost track of the framing (a chunked body,
 		// say; no endpoint takes a body): end the connection here.
@@ -191,7 +198,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.AccessLog != nil {
 		s.logAccess(rec, r.Method, r.URL.Path, r.RemoteAddr, d)
 	}
+	if rec.abort {
+		panic(http.ErrAbortHandler) // a binary answer cut short: see binaryIDs
+	}
+	*rec = recorder{}
+	recorders.Put(rec)
 }
+
+// recorders holds *recorder for reuse: one fewer allocation per request.
+var recorders = sync.Pool{New: func() any { return new(recorder) }}
 
 func (s *Server) route(w *recorder, r *http.Request) {
 	p := r.URL.Path
@@ -337,14 +352,28 @@ func parseCount(s string) (int, bool) {
 	return n, true
 }
 
-// ids serves GET /v1/ids?count=N[&format=string|int].
+// ids serves GET /v1/ids?count=N[&format=string|int], in JSON, text or
+// (binary.go) the binary format.
 func (s *Server) ids(w *recorder, r *http.Request) {
+	if wantsBinary(r) {
+		s.binaryIDs(w, r) // binary.go
+		return
+	}
 	q, msg := parseIDsQuery(r.URL.RawQuery, s.cfg.MaxCount)
 	if msg != "" {
 		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
 		return
 	}
-	ids := make([]int64, q.count)
+	// Up to smallBatch IDs, both buffers are reused: no allocation.
+	var ids []int64
+	var buf []byte
+	if q.count <= smallBatch {
+		sc := scratches.Get().(*scratch)
+		defer scratches.Put(sc)
+		ids, buf = sc.ids[:q.count], sc.buf[:0]
+	} else {
+		ids, buf = make([]int64, q.count), make([]byte, 0, 16+q.count*23)
+	}
 	n, err := s.cfg.Generator.GenerateBatch(ids)
 	if err != nil {
 		// A partial batch is not handed out: the caller asked for count.
@@ -354,10 +383,12 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 	ids = ids[:n]
 	s.issued.Add(float64(n))
 	s.batches.Observe(float64(n))
-	w.Header().Set("Cache-Control", "no-store")
+	// The header values are shared slices (see headerBinary): no
+	// canonicalization and no allocation per request.
+	h := w.Header()
+	h["Cache-Control"] = headerNoStore
 	if wantsText(r) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		buf := make([]byte, 0, n*21)
+		h["Content-Type"] = headerText
 		for _, id := range ids {
 			buf = appendID(buf, id, q.format)
 			buf = append(buf, '\n')
@@ -365,8 +396,7 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 		w.Write(buf)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	buf := make([]byte, 0, 16+n*23)
+	h["Content-Type"] = headerJSON
 	buf = append(buf, `{"ids":[`...)
 	for i, id := range ids {
 		if i > 0 {
@@ -380,23 +410,25 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 	w.Write(buf)
 }
 
+// smallBatch is the largest count whose buffers come from scratches.
+const smallBatch = 128
+
+// scratch holds the buffers of one small answer; buf has room for the
+// longest (JSON: at most 23 bytes an ID, and the wrapper).
+type scratch struct {
+	ids [smallBatch]int64
+	buf []byte
+}
+
+// scratches holds *scratch for reuse: no allocation for small answers.
+var scratches = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 16+smallBatch*23)} }}
+
 // generateFailed answers a failed GenerateBatch with a generic message
 // and logs the error.
 func (s *Server) generateFailed(w *recorder, count int, err error) {
-	status, kind, msg, level := http.StatusServiceUnavailable, KindInternal, "", slog.LevelError
-	switch {
-	case errors.Is(err, randflake.ErrClosed):
-		kind, msg, level = KindUnavailable, "unavailable: shutting down", slog.LevelWarn
-	case errors.Is(err, randflake.ErrResourceExhausted):
-		kind, msg, level = KindExhausted, "unavailable: this second's IDs are used up; retry in a second", slog.LevelWarn
+	status, kind, msg, level := classify(err)
+	if kind == KindExhausted || kind == KindClock {
 		w.Header().Set("Retry-After", "1")
-	case errors.Is(err, randflake.ErrInvalidLease):
-		kind, msg = KindLease, "unavailable: no valid node-ID lease"
-	case errors.Is(err, randflake.ErrConsistencyViolation):
-		kind, msg, level = KindClock, "unavailable: the clock is behind IDs already issued; retry in a second", slog.LevelWarn
-		w.Header().Set("Retry-After", "1")
-	default:
-		status, msg = http.StatusInternalServerError, "internal error"
 	}
 	if n, ok := s.limited.allow(kind, time.Now()); ok {
 		attrs := []any{"kind", kind, "count", count, "err", err}
@@ -408,6 +440,22 @@ func (s *Server) generateFailed(w *recorder, count int, err error) {
 	s.fail(w, status, kind, msg)
 }
 
+// classify returns the answer to a failed GenerateBatch: status, kind,
+// message for the client and the level of its log line.
+func classify(err error) (status int, kind, msg string, level slog.Level) {
+	switch {
+	case errors.Is(err, randflake.ErrClosed):
+		return http.StatusServiceUnavailable, KindUnavailable, "unavailable: shutting down", slog.LevelWarn
+	case errors.Is(err, randflake.ErrResourceExhausted):
+		return http.StatusServiceUnavailable, KindExhausted, "unavailable: this second's IDs are used up; retry in a second", slog.LevelWarn
+	case errors.Is(err, randflake.ErrInvalidLease):
+		return http.StatusServiceUnavailable, KindLease, "unavailable: no valid node-ID lease", slog.LevelError
+	case errors.Is(err, randflake.ErrConsistencyViolation):
+		return http.StatusServiceUnavailable, KindClock, "unavailable: the clock is behind IDs already issued; retry in a second", slog.LevelWarn
+	}
+	return http.StatusInternalServerError, KindInternal, "internal error", slog.LevelError
+}
+
 func appendID(b []byte, id int64, format string) []byte {
 	if format == "int" {
 		return strconv.AppendInt(b, id, 10)
@@ -417,7 +465,14 @@ func appendID(b []byte, id int64, format string) []byte {
 
 // wantsText reports whether the client prefers text/plain over JSON.
 func wantsText(r *http.Request) bool {
-	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
+	accept := acceptHeader(r)
+	switch accept { // the common cases, without parsing
+	case "", "*/*", "application/json":
+		return false
+	case "text/plain":
+		return true
+	}
+	for part := range strings.SplitSeq(accept, ",") {
 		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
 		switch strings.ToLower(strings.TrimSpace(mt)) {
 		case "text/plain":
@@ -515,6 +570,7 @@ type recorder struct {
 	status int
 	bytes  int64
 	kind   string
+	abort  bool // the answer is incomplete: abort the connection
 }
 
 // WriteHeader records the first status and sends it on.

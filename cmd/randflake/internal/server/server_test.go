@@ -23,7 +23,7 @@ import (
 
 var secret = []byte("0123456789abcdef")
 
-func newSharded(t *testing.T) *randflake.Sharded {
+func newSharded(t testing.TB) *randflake.Sharded {
 	t.Helper()
 	now := time.Now().Unix()
 	s, err := randflake.NewSharded(randflake.ShardedConfig{Secret: secret, FirstNode: 0, LastNode: 63, LeaseStart: now - 1, LeaseEnd: now + 3600})
