@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -27,7 +28,7 @@ import (
 
 const loadUsage = `load [--url URL] [--format json|text|binary] [--batch N] [--concurrency C]
      [--duration D | --requests R] [--rate Q] [--verify=false] [--compare-bare | --bare]
-     [--suite] [--cpuprofile FILE]
+     [--suite] [--cpuprofile FILE] [--benchfmt NAME]
    load --serve-bare ADDR [--format F] [--batch N]
 
 Sends GET /v1/ids?count=N requests to a running randflake serve, bounded in
@@ -52,7 +53,12 @@ batches of 10,000 (2 connections), single IDs in JSON unpaced
 (--concurrency connections) against the service and the bare handler,
 single IDs at --rate (default 5,000) requests/s on 8 connections, and a
 verified binary check (8 batches decoded, no duplicate); then prints a
-table and the single-ID ratio.`
+table and the single-ID ratio.
+
+--benchfmt NAME also prints the run (of the service, or with --bare of the
+bare handler) as one line in the Go benchmark format, for benchstat and
+the benchmark report:
+  BenchmarkService/NAME REQUESTS NS ns/op IDS IDs/s REQS req/s P50 p50-ms P99 p99-ms`
 
 // loadCmd is randflake load: a bounded load test of randflake serve.
 type loadCmd struct {
@@ -70,6 +76,7 @@ type loadCmd struct {
 	bareURL     string
 	suite       bool
 	cpuProfile  string
+	benchfmt    string
 }
 
 func (c *loadCmd) flags(fs *flag.FlagSet) {
@@ -87,6 +94,7 @@ func (c *loadCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.bareURL, "bare-url", "", "with --compare-bare, --bare or --suite: measure the bare handler of a --serve-bare at this URL instead of one in this process")
 	fs.BoolVar(&c.suite, "suite", false, "run the service's whole measurement suite and print a table")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to this file")
+	fs.StringVar(&c.benchfmt, "benchfmt", "", "also print the run as the Go benchmark BenchmarkService/NAME (not with --suite, --compare-bare or --serve-bare)")
 }
 
 func (c *loadCmd) run(e *env, args []string) error {
@@ -114,6 +122,12 @@ func (c *loadCmd) run(e *env, args []string) error {
 	}
 	if modes > 1 {
 		return usagef("--compare-bare, --bare, --serve-bare and --suite exclude each other")
+	}
+	if c.benchfmt != "" && (c.suite || c.compareBare || c.serveBare != "") {
+		return usagef("--benchfmt goes with a single run: not with --suite, --compare-bare or --serve-bare")
+	}
+	if c.benchfmt != "" && !benchName.MatchString(c.benchfmt) {
+		return usagef("--benchfmt NAME: letters, digits, '-' and '_' only, not ending in -DIGITS")
 	}
 	cfg := loadConfig{
 		URL: u.String(), Format: c.format, Batch: c.batch, Concurrency: c.concurrency,
@@ -151,6 +165,7 @@ func (c *loadCmd) run(e *env, args []string) error {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "bare net/http handler: %s", rep)
+		c.printBench(e, rep)
 		return nil
 	case c.compareBare:
 		cfg.Verify = false
@@ -171,7 +186,30 @@ func (c *loadCmd) run(e *env, args []string) error {
 		return err
 	}
 	fmt.Fprint(e.stdout, rep)
+	c.printBench(e, rep)
 	return nil
+}
+
+// benchName is what --benchfmt takes: a benchmark name that the Go
+// benchmark format does not read a GOMAXPROCS suffix from.
+var benchName = regexp.MustCompile(`^[A-Za-z0-9_-]*[A-Za-z_-]$|^[A-Za-z0-9_-]*[A-Za-z_][0-9]+$`)
+
+// printBench prints rep as the benchmark line of --benchfmt, if given.
+func (c *loadCmd) printBench(e *env, rep loadReport) {
+	if c.benchfmt == "" {
+		return
+	}
+	fmt.Fprintln(e.stdout, rep.benchLine(c.benchfmt))
+}
+
+// benchLine is rep in the Go benchmark format: requests as the iteration
+// count, wall time per request, then IDs and requests per second and the
+// latency percentiles in milliseconds.
+func (r loadReport) benchLine(name string) string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 4, 64) }
+	return fmt.Sprintf("BenchmarkService/%s %d %.0f ns/op %.0f IDs/s %.1f req/s %s p50-ms %s p99-ms",
+		name, r.Requests, float64(r.Elapsed.Nanoseconds())/float64(r.Requests),
+		r.IDsPerSecond(), r.RequestsPerSecond(), ms(r.percentile(50)), ms(r.percentile(99)))
 }
 
 // loadConfig is a load test, checked.

@@ -19,11 +19,14 @@ import (
 	"github.com/randflake/randflake/statedir"
 )
 
-const serveUsage = `serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS] [flags]
+const serveUsage = `serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS | --postgres-dsn DSN] [flags]
 
 Serves IDs over HTTP:
   GET /v1/ids?count=N[&format=string|int]  N new IDs (JSON {"ids":[...]}, or one
-                                           per line with Accept: text/plain)
+                                           per line with Accept: text/plain, or
+                                           8 bytes each, big-endian, with Accept:
+                                           application/octet-stream, up to
+                                           --max-binary-count)
   GET /v1/ids/{id}                         time, node and sequence of an ID; only
                                            with --inspect-token-file and the token
                                            as "Authorization: Bearer TOKEN"
@@ -35,11 +38,12 @@ A request head (request line and headers) over 16 KiB gets 431.
 
 Node IDs (--node-source): statedir, the state directory's file locks (the
 default); static, the range of --nodes (implied by it); etcd, claims at
---etcd (implied by it); statefulset, a Kubernetes StatefulSet pod's share:
+--etcd (implied by it); postgres, claims in a PostgreSQL table at
+--postgres-dsn (implied by it); statefulset, a Kubernetes StatefulSet pod's share:
 ordinal K (from $RANDFLAKE_ORDINAL, else the host name NAME-K) gets node
 IDs K*N to K*N+N-1 for N = --nodes-per-pod. Pods x N must stay within
 131,072 node IDs (N=1024: 128 pods); each pod issues up to N x 131,072 IDs
-a second. etcd and statefulset need the fleet's secret (--secret-file,
+a second. etcd, postgres and statefulset need the fleet's secret (--secret-file,
 $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET).
 
 Every flag can also be set by the variable beside it in brackets; the

@@ -28,28 +28,44 @@ import (
 type serviceMode struct {
 	name  string   // passed as --benchfmt NAME; the benchmark is Service/NAME
 	label string   // what the report calls the row
-	args  []string // load's flags, but --url and --benchfmt
+	args  []string // load's flags, but --url, --bare-url and --benchfmt
+	// bare runs the mode against the bare net/http handler, served by a
+	// process of its own (randflake load --serve-bare) as the service is,
+	// so that both share the machine with the load generator alike.
+	bare bool
 }
 
 // serviceModes is the service suite, one load run per row, in this order.
 // Every run goes to the same service; -short shortens every --duration to
 // serviceShortDuration. A name must not end in a hyphen and digits (the
 // benchmark format reads that as GOMAXPROCS).
+//
+// Every run counts answers instead of decoding them (--verify=false: status,
+// type, length and number of IDs checked), so that the load generator,
+// which shares the machine, costs as little as it can; the bare handler is
+// measured that way too.
 var serviceModes = []serviceMode{
-	{serviceBinary, "binary batches of 1,048,576 IDs",
-		[]string{"--batch", "1048576", "--concurrency", "2", "--format", "binary", "--duration", "5s"}},
-	{serviceJSON, "JSON batches of 10,000 IDs",
-		[]string{"--batch", "10000", "--concurrency", "2", "--duration", "5s"}},
-	{serviceSingle, "single IDs, unpaced",
-		[]string{"--batch", "1", "--concurrency", "8", "--duration", "5s"}},
-	{servicePaced, "single IDs, paced at 5,000 requests/s",
-		[]string{"--batch", "1", "--concurrency", "8", "--rate", "5000", "--duration", "5s"}},
+	{name: serviceBinary, label: "binary batches of 1,048,576 IDs",
+		args: []string{"--batch", "1048576", "--concurrency", "2", "--format", "binary", "--verify=false", "--duration", "5s"}},
+	{name: serviceJSON, label: "JSON batches of 10,000 IDs",
+		args: []string{"--batch", "10000", "--concurrency", "2", "--verify=false", "--duration", "5s"}},
+	{name: serviceSingle, label: "single IDs, unpaced",
+		args: []string{"--batch", "1", "--concurrency", "8", "--verify=false", "--duration", "5s"}},
+	{name: servicePaced, label: "single IDs, paced at 5,000 requests/s",
+		args: []string{"--batch", "1", "--concurrency", "8", "--rate", "5000", "--verify=false", "--duration", "5s"}},
 	// The bare net/http handler under the load of serviceSingle: the
-	// ceiling of HTTP on this machine. --bare stands for the flag of load's
-	// bare-handler mode; rename it here to the flag load has.
-	{serviceBare, "bare net/http handler, single IDs, unpaced",
-		[]string{"--batch", "1", "--concurrency", "8", "--duration", "5s", "--bare"}},
+	// ceiling of HTTP on this machine.
+	{name: serviceBare, label: "bare net/http handler, single IDs, unpaced", bare: true,
+		args: []string{"--batch", "1", "--concurrency", "8", "--duration", "5s", "--bare"}},
 }
+
+// bareArgs are the flags of the bare handler's own process, but the
+// address: a body of the size and type of a single-ID JSON answer.
+var bareArgs = []string{"--batch", "1"}
+
+// bareVar stands for the bare handler's port in the commands the report
+// shows.
+const bareVar = "$BARE_PORT"
 
 // The names of the modes that the report's ratios compare.
 const (
@@ -94,19 +110,28 @@ func serveDisplay() string {
 	return "RANDFLAKE_STATE_DIR=$(mktemp -d) randflake serve --listen 127.0.0.1:" + portVar + " " + strings.Join(serveArgs, " ")
 }
 
-// loadArgs are the arguments of the load run of mode m against baseURL.
-func loadArgs(m serviceMode, baseURL string, short bool) []string {
+// loadArgs are the arguments of the load run of mode m against baseURL,
+// or against the bare handler at bareURL for a bare mode.
+func loadArgs(m serviceMode, baseURL, bareURL string, short bool) []string {
 	args := []string{"load", "--url", baseURL}
 	args = append(args, m.args...)
+	if m.bare {
+		args = append(args, "--bare-url", bareURL)
+	}
 	if short {
 		args = withDuration(args, serviceShortDuration)
 	}
 	return append(args, "--benchfmt", m.name)
 }
 
-// loadDisplay is the load command of mode m as the report shows it.
+// loadDisplay is the load command of mode m as the report shows it (for a
+// bare mode, with the command of the bare handler's process before it).
 func loadDisplay(m serviceMode, short bool) string {
-	return "randflake " + strings.Join(loadArgs(m, "http://127.0.0.1:"+portVar, short), " ")
+	cmd := "randflake " + strings.Join(loadArgs(m, "http://127.0.0.1:"+portVar, "http://127.0.0.1:"+bareVar, short), " ")
+	if m.bare {
+		cmd = "randflake load --serve-bare 127.0.0.1:" + bareVar + " " + strings.Join(bareArgs, " ") + " & " + cmd
+	}
+	return cmd
 }
 
 // withDuration returns args with the value of every --duration set to d.
@@ -125,7 +150,7 @@ func withDuration(args []string, d string) []string {
 
 // loadFlags are the flags of randflake load that the suite uses.
 func loadFlags() []string {
-	flags := []string{"--url", "--benchfmt"}
+	flags := []string{"--url", "--benchfmt", "--bare-url", "--serve-bare"}
 	for _, m := range serviceModes {
 		for _, a := range m.args {
 			if f, ok := strings.CutPrefix(a, "--"); ok {
@@ -236,7 +261,12 @@ func (s *serviceSuite) run(kernel string, raw io.Writer) ([]serviceResult, *Serv
 	var out []serviceResult
 	for _, m := range serviceModes {
 		t := time.Now()
-		res, err := s.load(m, svc.url, kernel, raw)
+		var res serviceResult
+		if m.bare {
+			res, err = s.loadBare(m, svc.url, kernel, raw)
+		} else {
+			res, err = s.load(m, svc.url, "", kernel, raw)
+		}
 		if err != nil {
 			return nil, nil, errors.Join(err, svc.stop())
 		}
@@ -260,12 +290,38 @@ func serviceFigures(l resultLine) string {
 	return strings.Join(parts, ", ")
 }
 
-// load runs one mode against the service at baseURL.
-func (s *serviceSuite) load(m serviceMode, baseURL, kernel string, raw io.Writer) (serviceResult, error) {
+// loadBare runs a bare mode: it starts the bare handler's process, runs
+// the mode against it and stops it.
+func (s *serviceSuite) loadBare(m serviceMode, baseURL, kernel string, raw io.Writer) (serviceResult, error) {
+	port, err := freePort()
+	if err != nil {
+		return serviceResult{}, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", port)
+	bare := &runningService{url: "http://" + addr, done: make(chan struct{})}
+	bare.cmd = s.command(context.Background(), s.loadBin, append([]string{"load", "--serve-bare", addr}, bareArgs...)...)
+	bare.cmd.Stdout, bare.cmd.Stderr = &bare.log, &bare.log
+	if err := bare.cmd.Start(); err != nil {
+		return serviceResult{}, err
+	}
+	go func() {
+		bare.err = bare.cmd.Wait()
+		close(bare.done)
+	}()
+	if err := bare.waitAnswers("/v1/ids?count=1", time.Minute); err != nil {
+		return serviceResult{}, errors.Join(err, bare.stop())
+	}
+	res, err := s.load(m, baseURL, bare.url, kernel, raw)
+	return res, errors.Join(err, bare.stop())
+}
+
+// load runs one mode against the service at baseURL (and the bare handler
+// at bareURL, for a bare mode).
+func (s *serviceSuite) load(m serviceMode, baseURL, bareURL, kernel string, raw io.Writer) (serviceResult, error) {
 	limit := 5 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := s.command(ctx, s.loadBin, loadArgs(m, baseURL, s.cfg.Short)...)
+	cmd := s.command(ctx, s.loadBin, loadArgs(m, baseURL, bareURL, s.cfg.Short)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -326,6 +382,22 @@ func (s *serviceSuite) start() (*runningService, error) {
 	return svc, nil
 }
 
+// what names the process in messages: randflake serve, or randflake load
+// --serve-bare.
+func (svc *runningService) what() string {
+	args := svc.cmd.Args
+	for i, a := range args {
+		if a == "serve" || a == "load" {
+			name := "randflake " + a
+			if a == "load" && i+1 < len(args) {
+				name += " " + args[i+1]
+			}
+			return name
+		}
+	}
+	return strings.Join(args, " ")
+}
+
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -340,10 +412,16 @@ func freePort() (string, error) {
 // waitReady polls /readyz until it answers 200, the process exits or the
 // time is up.
 func (svc *runningService) waitReady(limit time.Duration) error {
+	return svc.waitAnswers("/readyz", limit)
+}
+
+// waitAnswers polls path until it answers 200, the process exits or the
+// time is up.
+func (svc *runningService) waitAnswers(path string, limit time.Duration) error {
 	cli := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(limit)
 	for {
-		resp, err := cli.Get(svc.url + "/readyz")
+		resp, err := cli.Get(svc.url + path)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -352,11 +430,11 @@ func (svc *runningService) waitReady(limit time.Duration) error {
 		}
 		select {
 		case <-svc.done:
-			return fmt.Errorf("randflake serve exited before it was ready: %v\n%s", svc.err, svc.log.Bytes())
+			return fmt.Errorf("%s exited before it was ready: %v\n%s", svc.what(), svc.err, svc.log.Bytes())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("randflake serve not ready at %s/readyz after %v", svc.url, limit)
+			return fmt.Errorf("%s: no 200 at %s%s after %v", strings.Join(svc.cmd.Args, " "), svc.url, path, limit)
 		}
 	}
 }
@@ -366,10 +444,12 @@ func (svc *runningService) waitReady(limit time.Duration) error {
 // the state directory. A service that exits with an error is reported, with
 // its output.
 func (svc *runningService) stop() error {
-	defer os.RemoveAll(svc.state)
+	if svc.state != "" {
+		defer os.RemoveAll(svc.state)
+	}
 	select {
 	case <-svc.done:
-		return fmt.Errorf("randflake serve (pid %d) exited early: %v\n%s", svc.cmd.Process.Pid, svc.err, svc.log.Bytes())
+		return fmt.Errorf("%s (pid %d) exited early: %v\n%s", svc.what(), svc.cmd.Process.Pid, svc.err, svc.log.Bytes())
 	default:
 	}
 	if err := svc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -380,10 +460,10 @@ func (svc *runningService) stop() error {
 	case <-time.After(15 * time.Second):
 		svc.cmd.Process.Kill()
 		<-svc.done
-		return fmt.Errorf("randflake serve (pid %d) did not stop within 15s of SIGTERM; killed\n%s", svc.cmd.Process.Pid, svc.log.Bytes())
+		return fmt.Errorf("%s (pid %d) did not stop within 15s of SIGTERM; killed\n%s", svc.what(), svc.cmd.Process.Pid, svc.log.Bytes())
 	}
 	if svc.err != nil {
-		return fmt.Errorf("randflake serve (pid %d) stopped with %v\n%s", svc.cmd.Process.Pid, svc.err, svc.log.Bytes())
+		return fmt.Errorf("%s (pid %d) stopped with %v\n%s", svc.what(), svc.cmd.Process.Pid, svc.err, svc.log.Bytes())
 	}
 	return nil
 }

@@ -183,10 +183,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := recorders.Get().(*recorder)
 	*rec = recorder{ResponseWriter: w}
-	var start time.Time
-	if s.cfg.AccessLog != nil {
-		start = time.Now()
-	}
+	start := time.Now() // for http_request_duration_seconds and the access log
 	if c, ok := r.Context().Value(connKey{}).(*headConn); ok && c.unsure.Load() {
 		// The head-size limit lost track of the framing (a chunked body,
 		// say; no endpoint takes a body): end the connection here.
