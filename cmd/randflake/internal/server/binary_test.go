@@ -84,7 +84,10 @@ func TestBinaryIDs(t *testing.T) {
 		total += n
 	}
 	_, m := do(t, "GET", ts.URL+"/metrics", nil)
-	for _, want := range []string{"randflake_ids_issued_total " + strconv.FormatFloat(float64(total), 'g', -1, 64) + "\n", "randflake_batch_size_count 7\n"} {
+	for _, want := range []string{"randflake_ids_issued_total " + strconv.FormatFloat(float64(total), 'g', -1, 64) + "\n", "randflake_batch_size_count 7\n",
+		// Every batch but the largest falls in 100,000; that one in the
+		// top bucket, not only in +Inf.
+		`randflake_batch_size_bucket{le="100000"} 6` + "\n", `randflake_batch_size_bucket{le="1.048576e+06"} 7` + "\n"} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("metrics lack %q", want)
 		}

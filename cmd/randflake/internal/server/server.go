@@ -153,7 +153,7 @@ func New(cfg Config) (*Server, error) {
 	s.batches = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "randflake_batch_size",
 		Help:    "IDs per successful /v1/ids request.",
-		Buckets: []float64{1, 10, 100, 1000, 10000, 100000},
+		Buckets: []float64{1, 10, 100, 1000, 10000, 100000, 1 << 20}, // up to a binary batch of --max-binary-count (1,048,576)
 	})
 	s.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "randflake_errors_total", Help: "Failed requests by kind.",
