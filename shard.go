@@ -37,7 +37,7 @@ type ShardedConfig struct {
 // out IDs from a buffer per P (the runtime's processor, one per
 // GOMAXPROCS): the calling goroutine is pinned to its P while it takes an
 // ID, so the buffer needs no atomic operation per ID, and it is refilled
-// with one reservation and one SIMD encryption per slotSize IDs.
+// with one reservation and one SIMD encryption per bufferIDs IDs.
 // GenerateBatch reserves a run of sequence numbers with one atomic
 // operation per node ID used and encrypts the run in place. When a node
 // ID's sequence space for the current second is used up, the generator
@@ -81,20 +81,14 @@ type shard struct {
 	_    [cacheLine - 8]byte
 }
 
-// slotSize is the number of IDs a P's buffer holds: one refill reserves
-// and encrypts that many.
-const slotSize = 512
-
-// slot is the Generate buffer of one P. Its fields are read and written
-// only by the goroutine that holds it: the one pinned to the P, or the
-// holder of mu (see generateLocked).
+// slot is the Generate buffer of one P. Its buffer is read and written
+// only by the goroutine that holds the slot: the one pinned to the P, or
+// the holder of mu (see generateLocked).
 type slot struct {
-	_      [cacheLine]byte
-	pos, n int            // ids[pos:n] are still to be handed out
-	sec    int64          // their second
+	_ [cacheLine]byte
+	idBuffer
 	cursor *atomic.Uint64 // the node this slot reserves from (a shard's)
 	mu     sync.Mutex
-	ids    [slotSize]uint64
 	_      [cacheLine]byte
 }
 
@@ -211,7 +205,7 @@ func (s *Sharded) inLease(now int64) (int64, error) {
 }
 
 // Generate returns a new encrypted ID. It serves IDs from the calling P's
-// buffer, so the clock and the cipher are paid once per slotSize IDs.
+// buffer, so the clock and the cipher are paid once per bufferIDs IDs.
 func (s *Sharded) Generate() (int64, error) {
 	// The clock is read before the slot is held: a TimeSource may block,
 	// and a pinned goroutine must not.
@@ -228,9 +222,7 @@ func (s *Sharded) Generate() (int64, error) {
 		// none can touch the P's slot.
 		if p := runtimeProcPin(); p < len(s.slots) {
 			sl := &s.slots[p]
-			if sl.pos < sl.n && sl.sec >= now-1 {
-				id := sl.ids[sl.pos]
-				sl.pos++
+			if id, ok := sl.next(now); ok {
 				runtimeProcUnpin()
 				return int64(id), nil
 			}
@@ -249,19 +241,17 @@ func (s *Sharded) Generate() (int64, error) {
 func (s *Sharded) generateLocked(now int64) (int64, error) {
 	sl := s.lockSlot()
 	defer sl.mu.Unlock()
-	if sl.pos < sl.n && sl.sec >= now-1 {
-		id := sl.ids[sl.pos]
-		sl.pos++
+	if id, ok := sl.next(now); ok {
 		return int64(id), nil
 	}
 	return s.refill(sl, now)
 }
 
-// refill empties sl, reserves and encrypts a new buffer and hands out its
-// first ID; the caller holds sl. With the wall clock, the reservation reads
-// it afresh (a coarse reading may be stale after a stop); with a
-// TimeSource it uses now, the caller's reading, so as not to call the
-// TimeSource while holding the slot.
+// refill empties sl, fills it anew and hands out its first ID; the caller
+// holds sl. With the wall clock, the fill reads it afresh (a coarse
+// reading may be stale after a stop); with a TimeSource it uses now, the
+// caller's reading, so as not to call the TimeSource while holding the
+// slot.
 func (s *Sharded) refill(sl *slot, now int64) (int64, error) {
 	sl.pos, sl.n = 0, 0
 	if s.timeSource == nil {
@@ -270,13 +260,7 @@ func (s *Sharded) refill(sl *slot, now int64) (int64, error) {
 			return 0, err
 		}
 	}
-	n, sec, err := s.reserveRun(sl.cursor, now, sl.ids[:], true)
-	if n == 0 {
-		return 0, err
-	}
-	s.cipher.EncryptIDs(sl.ids[:n], sl.ids[:n])
-	sl.pos, sl.n, sl.sec = 1, n, sec
-	return int64(sl.ids[0]), nil
+	return s.fill(&sl.idBuffer, sl.cursor, now)
 }
 
 // GenerateString returns a new encrypted ID in its string form.

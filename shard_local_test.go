@@ -46,7 +46,7 @@ func testLocalUniqueAndExhaustion(t *testing.T) {
 	}
 	wg.Wait()
 	checkUnique(t, ids)
-	if len(ids) > IDsPerSecond || len(ids) < IDsPerSecond-4*localSize-s.maxBuffered() {
+	if len(ids) > IDsPerSecond || len(ids) < IDsPerSecond-4*bufferIDs-s.maxBuffered() {
 		t.Fatalf("%d IDs from one node in one second", len(ids))
 	}
 	for _, id := range ids {

@@ -82,7 +82,7 @@ func TestShardedGenerateAllocates0(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := testing.AllocsPerRun(10*slotSize, func() {
+	if a := testing.AllocsPerRun(10*bufferIDs, func() {
 		if _, err := s.Generate(); err != nil {
 			t.Fatal(err)
 		}

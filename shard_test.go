@@ -13,7 +13,7 @@ import (
 func (s *Sharded) maxBuffered() int {
 	s.extra.mu.Lock()
 	defer s.extra.mu.Unlock()
-	return (len(s.slots) + len(s.extra.slots)) * slotSize
+	return (len(s.slots) + len(s.extra.slots)) * bufferIDs
 }
 
 func newTestSharded(t testing.TB, first, last int64, clk *fakeClock, shards int) *Sharded {
