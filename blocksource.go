@@ -1,0 +1,751 @@
+package randflake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+)
+
+// BlockSourceConfig configures a BlockSource.
+type BlockSourceConfig struct {
+	// Secret is the fleet's 16-byte secret, the same as the generators'.
+	// Records and the marker are signed under a key derived from it.
+	Secret []byte
+	// Layout divides the fleet's node IDs into blocks. Every process of
+	// a store uses the same layout; the marker records it, and a process
+	// configured otherwise is refused (ErrFleetMismatch).
+	Layout BlockLayout
+	// Blocks is the number of consecutive blocks a claim takes, aligned
+	// to it (0: 1).
+	Blocks int64
+	// Horizon is the longest promise any holder of the fleet may have
+	// recorded. Unknown history is waited out for the longest of it, the
+	// store's Promise and the marker's horizon, plus the store's
+	// MaxClockSkew (0: the store's Promise).
+	Horizon time.Duration
+	// Now, if set, is the clock of every decision (tests offset it).
+	Now func() time.Time
+	// Logger receives what an operator should know: history found
+	// unknown or gone back (with the reason and the wait), waits for a
+	// previous holder's seconds, blocks refused for their clock. Nil logs
+	// nothing.
+	Logger *slog.Logger
+}
+
+// BlockSource is the lease engine: a LeaseSource on any BlockStore, which
+// applies the rules of docs/leases.md ("The rules") in one place. Each rule
+// below is numbered as there.
+//
+// A BlockSource holds at most one lease at a time; use one per generator.
+// It is safe for concurrent use.
+type BlockSource struct {
+	store  BlockStore
+	info   StoreInfo
+	key    []byte
+	layout BlockLayout
+	blocks int64
+	wait   int64 // seconds: how long unknown history is waited out (before the marker's horizon)
+	now    func() time.Time
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	held     *heldClaim
+	position uint64 // the highest store position seen
+	identity string // the store identity seen with it
+}
+
+// heldClaim is the lease held.
+type heldClaim struct {
+	handle   StoreClaim
+	lease    Lease
+	promised int64            // the second recorded in the claim's records
+	written  map[int64][]byte // the records as this source last wrote them
+}
+
+// NewBlockSource returns the lease engine on store.
+func NewBlockSource(store BlockStore, cfg BlockSourceConfig) (*BlockSource, error) {
+	if store == nil {
+		return nil, errors.New("randflake: NewBlockSource: nil store")
+	}
+	if len(cfg.Secret) != 16 {
+		return nil, fmt.Errorf("randflake: NewBlockSource: the secret must be 16 bytes, not %d", len(cfg.Secret))
+	}
+	if err := cfg.Layout.Check(); err != nil {
+		return nil, err
+	}
+	s := &BlockSource{store: store, info: store.Info(), key: recordKey(cfg.Secret), layout: cfg.Layout,
+		blocks: cfg.Blocks, now: cfg.Now, log: cfg.Logger}
+	if s.blocks == 0 {
+		s.blocks = 1
+	}
+	if s.blocks < 0 || s.blocks > s.layout.Count() {
+		return nil, fmt.Errorf("randflake: %d blocks per claim: want 1 to %d", cfg.Blocks, s.layout.Count())
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.info.Promise <= 0 && s.info.Durable {
+		return nil, fmt.Errorf("randflake: %s: the store's promise must be positive", s.info.Name)
+	}
+	if cfg.Horizon < 0 {
+		return nil, errors.New("randflake: negative horizon")
+	}
+	s.wait = ceilSeconds(max(cfg.Horizon, s.info.Promise) + s.info.MaxClockSkew)
+	return s, nil
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// Store returns the store.
+func (s *BlockSource) Store() BlockStore { return s.store }
+
+// promise returns the second a promise made now records.
+func (s *BlockSource) promise(now int64) int64 {
+	return min(now+ceilSeconds(s.info.Promise), MaxTimestamp)
+}
+
+// endFor returns the lease end after a claim or renewal begun at t0 that
+// recorded promised (rule 3: never past the promise, nor past the claim).
+func (s *BlockSource) endFor(t0 time.Time, promised int64) int64 {
+	if s.info.EndFor == nil {
+		return promised
+	}
+	return min(s.info.EndFor(t0), promised)
+}
+
+func (s *BlockSource) logInfo(msg string, args ...any) {
+	if s.log != nil {
+		s.log.Info(msg, args...)
+	}
+}
+
+func (s *BlockSource) logWarn(msg string, args ...any) {
+	if s.log != nil {
+		s.log.Warn(msg, args...)
+	}
+}
+
+// assessment is what BlockSource makes of a full view of the store.
+type assessment struct {
+	marker  fleetMarker // valid, or to be written
+	write   bool        // the marker must be written (new, reset, or digest repaired)
+	reason  string      // why history is unknown, if it was found so now
+	records map[int64]blockRecord
+	bad     map[int64]bool   // blocks whose record fails its check
+	raw     map[int64][]byte // the records as read
+}
+
+// assess checks a full view (rules 5 to 8): the marker, the identity and
+// position of the store, every record and the digest over them. Any
+// inconsistency makes the whole store's history unknown up to now + the
+// wait, recorded in the marker written with the step.
+func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
+	a := &assessment{records: map[int64]blockRecord{}, bad: map[int64]bool{}}
+	var digest [tagBytes]byte
+	present := 0
+	for _, b := range v.Blocks {
+		if b.Record == nil {
+			continue
+		}
+		present++
+		a.rawRecords()[b.First] = b.Record
+		xorInto(&digest, digestOf(s.key, b.Record))
+		r, err := parseRecord(s.key, b.Record, b.First, b.Last)
+		if err != nil {
+			a.bad[b.First] = true
+			if a.reason == "" {
+				a.reason = fmt.Sprintf("the record of node IDs %d-%d %v", b.First, b.Last, err)
+			}
+			continue
+		}
+		a.records[b.First] = r
+	}
+	wait := s.wait
+	switch {
+	case v.Marker == nil && v.Fresh && present == 0:
+		// Rule 6: a store created empty by its own initialisation has no
+		// history to lose.
+		a.marker = fleetMarker{layout: s.layout, unknown: Epoch}
+		a.write = true
+	case v.Marker == nil:
+		a.reason = "the store has no fleet marker (never initialised, or wiped)"
+	default:
+		m, err := parseMarker(s.key, v.Marker)
+		if err != nil {
+			a.reason = fmt.Sprintf("the fleet marker %v", err)
+			break
+		}
+		if m.layout != s.layout {
+			return nil, fmt.Errorf("%w: %s holds blocks of %d node IDs in %d-%d, this process is configured for blocks of %d in %d-%d",
+				ErrFleetMismatch, s.info.Name, m.layout.Size, m.layout.FirstNode, m.layout.LastNode, s.layout.Size, s.layout.FirstNode, s.layout.LastNode)
+		}
+		a.marker = m
+		wait = max(wait, m.horizon+ceilSeconds(s.info.MaxClockSkew))
+		switch {
+		case m.id != v.Identity.ID:
+			a.reason = fmt.Sprintf("the store's identity changed from %q to %q (restored or failed over)", m.id, v.Identity.ID)
+		case s.identity == v.Identity.ID && v.Identity.Position < s.position:
+			a.reason = fmt.Sprintf("the store's position went back from %d to %d (restored or rolled back)", s.position, v.Identity.Position)
+		case a.reason != "":
+		case m.digest != digest:
+			a.reason = "the records do not match the fleet marker (a record was deleted, edited or rolled back)"
+		}
+	}
+	if a.reason != "" {
+		a.marker.layout = s.layout
+		a.marker.unknown = max(a.marker.unknown, min(now+wait, MaxTimestamp))
+		a.write = true
+	}
+	a.marker.id = v.NextID
+	a.marker.horizon = max(a.marker.horizon, ceilSeconds(s.info.Promise))
+	a.marker.digest = digest
+	s.seen(v.Identity)
+	return a, nil
+}
+
+// seen remembers the store's highest position.
+func (s *BlockSource) seen(id StoreIdentity) {
+	if id.ID != s.identity {
+		s.identity, s.position = id.ID, id.Position
+		return
+	}
+	s.position = max(s.position, id.Position)
+}
+
+// until returns the newest second block first may have been used in, as
+// far as the assessment knows (rule 1 and 5).
+func (a *assessment) until(first int64) int64 {
+	u := a.marker.unknown
+	if r, ok := a.records[first]; ok {
+		u = max(u, r.until)
+	}
+	return u
+}
+
+// claimRun is a run of blocks that can be claimed.
+type claimRun struct {
+	first int64 // first node ID
+	until int64 // newest second used on any of its blocks
+}
+
+// choose returns the claimable runs, best first (rule 2): those whose
+// seconds have passed, in order, then the rest by how soon they pass. Runs
+// held, used up, or whose records are ahead of this clock (rule 9) are
+// left out; refused counts the last.
+func (s *BlockSource) choose(v *StoreView, a *assessment, now int64) (slots []claimRun, refused int) {
+	held := map[int64]bool{}
+	for _, b := range v.Blocks {
+		if b.Held {
+			held[b.First] = true
+		}
+	}
+	skew := ceilSeconds(s.info.MaxClockSkew)
+	for i := int64(0); i+s.blocks <= s.layout.Count(); i += s.blocks {
+		first, _ := s.layout.Block(i)
+		sl := claimRun{first: first}
+		ok, behind := true, false
+		for j := i; j < i+s.blocks; j++ {
+			f, _ := s.layout.Block(j)
+			if held[f] {
+				ok = false
+				break
+			}
+			sl.until = max(sl.until, a.until(f))
+			if r, has := a.records[f]; has && r.at > now+skew {
+				behind = true
+			}
+		}
+		switch {
+		case !ok || sl.until >= MaxTimestamp:
+		case behind || sl.until > now+2*max(s.wait, a.marker.horizon)+skew:
+			refused++
+		default:
+			slots = append(slots, sl)
+		}
+	}
+	sort.SliceStable(slots, func(i, j int) bool {
+		pi, pj := slots[i].until < now, slots[j].until < now
+		if pi != pj {
+			return pi
+		}
+		return !pi && slots[i].until < slots[j].until
+	})
+	return slots, refused
+}
+
+// Acquire claims a run of blocks and returns a lease on it (rules 1 to 9).
+// If the run's previous seconds are still ahead of the clock, Acquire
+// holds the claim, keeping it alive, and waits within ctx, recording no
+// new promise until the wait is over.
+func (s *BlockSource) Acquire(ctx context.Context) (Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held != nil {
+		return Lease{}, fmt.Errorf("randflake: %s: the source already holds a lease", s.info.Name)
+	}
+	if !s.info.Durable {
+		return s.acquireVolatile(ctx)
+	}
+	var (
+		c       *heldClaim
+		refused int
+		err     error
+	)
+	for attempt := 0; attempt < 8; attempt++ {
+		c, refused, err = s.claim(ctx)
+		if err == nil || (!errors.Is(err, ErrStoreConflict) && !errors.Is(err, ErrBlockHeld)) {
+			break
+		}
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	if c == nil {
+		if refused > 0 {
+			return Lease{}, fmt.Errorf("%w: %s: %d free runs of node IDs were used at times ahead of this clock; it may have stepped back", ErrClockBehind, s.info.Name, refused)
+		}
+		return Lease{}, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s)", ErrNoFreeNodes, s.blocks*s.layout.Size, s.layout.FirstNode, s.layout.LastNode, s.info.Name)
+	}
+	if err := s.waitAndPromise(ctx, c); err != nil {
+		s.abandon(c)
+		return Lease{}, err
+	}
+	s.held = c
+	return c.lease, nil
+}
+
+// claim runs the claiming step: assess the store, choose a run, claim it,
+// and, if its seconds have passed, record the promise in the same step.
+// It returns a nil claim if no run can be had.
+func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
+	t0 := s.now()
+	now := t0.Unix()
+	if !inLifetime(now) {
+		return nil, 0, fmt.Errorf("randflake: the clock reads %s, outside the lifetime of Randflake IDs", formatSecond(now))
+	}
+	var c *heldClaim
+	var refused int
+	var reason string
+	var unknown int64
+	handle, err := s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
+		c, refused, reason = nil, 0, ""
+		a, err := s.assess(v, now)
+		if err != nil {
+			return nil, err
+		}
+		reason, unknown = a.reason, a.marker.unknown
+		var slots []claimRun
+		slots, refused = s.choose(v, a, now)
+		ch := &StoreChanges{Records: map[int64][]byte{}}
+		if len(slots) > 0 {
+			sl := slots[0]
+			c = &heldClaim{written: map[int64][]byte{}, lease: Lease{
+				FirstNode: sl.first, LastNode: sl.first + s.blocks*s.layout.Size - 1, Start: sl.until + 1,
+			}}
+			for f := sl.first; f <= c.lease.LastNode; f += s.layout.Size {
+				ch.Claim = append(ch.Claim, f)
+			}
+			if c.lease.Start <= now {
+				s.promiseInto(ch, a, c, now)
+			}
+		}
+		if a.write || len(ch.Records) > 0 {
+			ch.Marker = formatMarker(s.key, a.marker)
+		}
+		return ch, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if reason != "" {
+		s.logWarn("randflake: the history of the node IDs is unknown: none is used before the longest promise has passed",
+			"store", s.info.Name, "reason", reason, "until", formatSecond(unknown), "wait", fmt.Sprintf("%ds", max(unknown-now+1, 0)))
+	}
+	if c == nil {
+		return nil, refused, nil
+	}
+	c.handle = handle
+	if c.promised > 0 {
+		c.lease.End = s.endFor(t0, c.promised)
+	}
+	return c, refused, nil
+}
+
+// promiseInto adds to ch the records of c's blocks promising up to now +
+// Promise, and updates the digest in a's marker for them.
+func (s *BlockSource) promiseInto(ch *StoreChanges, a *assessment, c *heldClaim, now int64) {
+	p := s.promise(now)
+	for f := c.lease.FirstNode; f <= c.lease.LastNode; f += s.layout.Size {
+		rec := blockRecord{first: f, last: f + s.layout.Size - 1, until: max(p, a.until(f)), at: now}
+		if r, ok := a.records[f]; ok {
+			rec.at = max(rec.at, r.at)
+		}
+		raw := formatRecord(s.key, rec)
+		s.replaceDigest(a, ch, f, raw)
+		c.written[f] = raw
+	}
+	c.promised = p
+}
+
+// replaceDigest puts raw as block f's record into ch and the digest.
+func (s *BlockSource) replaceDigest(a *assessment, ch *StoreChanges, f int64, raw []byte) {
+	if old, ok := a.rawRecords()[f]; ok {
+		xorInto(&a.marker.digest, digestOf(s.key, old))
+	}
+	xorInto(&a.marker.digest, digestOf(s.key, raw))
+	ch.Records[f] = raw
+}
+
+// waitAndPromise waits, holding c, until its start has come, then records
+// its promise (rule 4: waiting records nothing, so a process restarted
+// during a wait does not push the start further out).
+func (s *BlockSource) waitAndPromise(ctx context.Context, c *heldClaim) error {
+	if c.promised > 0 {
+		return nil
+	}
+	if s.log != nil {
+		s.logInfo("randflake: waiting for the previous holder's last second to pass",
+			"store", s.info.Name, "nodes", fmt.Sprintf("%d-%d", c.lease.FirstNode, c.lease.LastNode), "start", formatSecond(c.lease.Start))
+	}
+	for {
+		now := s.now()
+		if now.Unix() >= c.lease.Start {
+			break
+		}
+		d := time.Unix(c.lease.Start, 0).Sub(now)
+		if s.info.EndFor != nil {
+			// Keep the claim alive meanwhile.
+			d = min(d, s.renewEvery())
+		}
+		if err := sleepCtx(ctx, max(d, 5*time.Millisecond)); err != nil {
+			return fmt.Errorf("randflake: %s: waiting for node IDs %d-%d to be free at %s: %w",
+				s.info.Name, c.lease.FirstNode, c.lease.LastNode, formatSecond(c.lease.Start), err)
+		}
+		if s.info.EndFor != nil && s.now().Unix() < c.lease.Start {
+			id, err := s.store.Renew(ctx, c.handle)
+			if errors.Is(err, ErrLeaseLost) {
+				return err
+			}
+			if err == nil {
+				if err := s.checkPosition(ctx, id); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	t0 := s.now()
+	if s.info.EndFor != nil {
+		id, err := s.store.Renew(ctx, c.handle)
+		if err != nil {
+			return err
+		}
+		if err := s.checkPosition(ctx, id); err != nil {
+			return err
+		}
+	}
+	if err := s.writePromise(ctx, c, t0.Unix()); err != nil {
+		return err
+	}
+	c.lease.End = s.endFor(t0, c.promised)
+	if c.lease.End < c.lease.Start {
+		return fmt.Errorf("randflake: %s: internal error: lease %v ends before it starts", s.info.Name, c.lease)
+	}
+	return nil
+}
+
+// renewEvery is how often a waiting claim is kept alive.
+func (s *BlockSource) renewEvery() time.Duration {
+	d := s.info.Promise / 3
+	if s.info.EndFor != nil {
+		t := time.Unix(0, 0)
+		d = min(d, time.Duration(s.info.EndFor(t)-t.Unix())*time.Second/3)
+	}
+	return max(d, 100*time.Millisecond)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// rawRecords returns the raw records the assessment was made from.
+func (a *assessment) rawRecords() map[int64][]byte {
+	if a.raw == nil {
+		a.raw = map[int64][]byte{}
+	}
+	return a.raw
+}
+
+// writePromise records c's promise from now on in a step of its own,
+// checking that c's records are still as this source wrote them (rule 8).
+func (s *BlockSource) writePromise(ctx context.Context, c *heldClaim, now int64) error {
+	return s.updateHeld(ctx, c, func(ch *StoreChanges, a *assessment) {
+		s.promiseInto(ch, a, c, now)
+	})
+}
+
+// updateHeld runs a step on c's blocks: fill adds the changes. The step
+// first checks the marker and that c's records are as c wrote them; if
+// not, the store's history went back or was edited under a running
+// holder: the marker is reset (history unknown) and the claim is lost.
+func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*StoreChanges, *assessment)) error {
+	var lost string
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		_, err = s.store.Update(ctx, c.handle, false, func(v *StoreView) (*StoreChanges, error) {
+			lost = ""
+			a := &assessment{records: map[int64]blockRecord{}, bad: map[int64]bool{}}
+			ch := &StoreChanges{Records: map[int64][]byte{}}
+			m, err := parseMarker(s.key, v.Marker)
+			switch {
+			case v.Marker == nil:
+				lost = "the fleet marker is gone"
+			case err != nil:
+				lost = fmt.Sprintf("the fleet marker %v", err)
+			case m.id != v.Identity.ID:
+				lost = fmt.Sprintf("the store's identity changed from %q to %q", m.id, v.Identity.ID)
+			case s.identity == v.Identity.ID && v.Identity.Position < s.position:
+				lost = fmt.Sprintf("the store's position went back from %d to %d", s.position, v.Identity.Position)
+			}
+			for _, b := range v.Blocks {
+				if !b.Held {
+					lost = fmt.Sprintf("the claim on node IDs %d-%d is gone", b.First, b.Last)
+				}
+				if b.Record != nil {
+					a.rawRecords()[b.First] = b.Record
+				}
+				if w, ok := c.written[b.First]; ok && string(w) != string(b.Record) {
+					lost = fmt.Sprintf("the record of node IDs %d-%d is not the one this process wrote (deleted, edited or rolled back)", b.First, b.Last)
+				}
+				if r, err := parseRecord(s.key, b.Record, b.First, b.Last); err == nil {
+					a.records[b.First] = r
+				}
+			}
+			s.seen(v.Identity)
+			if lost != "" {
+				return nil, errHistoryLost
+			}
+			a.marker = m
+			a.marker.id = v.NextID
+			fill(ch, a)
+			ch.Marker = formatMarker(s.key, a.marker)
+			return ch, nil
+		})
+		if !errors.Is(err, ErrStoreConflict) {
+			break
+		}
+	}
+	if errors.Is(err, errHistoryLost) {
+		return s.historyLost(ctx, c, lost)
+	}
+	return err
+}
+
+var errHistoryLost = errors.New("history lost")
+
+// historyLost handles a store found to have gone back, or been edited,
+// under a running holder (rule 8): the whole store's history is marked
+// unknown, so that newcomers wait out the longest promise, and the claim
+// is dropped, so that this holder stops and claims again.
+func (s *BlockSource) historyLost(ctx context.Context, c *heldClaim, why string) error {
+	s.logWarn("randflake: the lease store's history went back or was changed under a running holder: claims are dropped and the history marked unknown",
+		"store", s.info.Name, "reason", why, "nodes", fmt.Sprintf("%d-%d", c.lease.FirstNode, c.lease.LastNode))
+	if err := s.resetHistory(ctx, why); err != nil {
+		s.logWarn("randflake: marking the history unknown failed", "store", s.info.Name, "err", err)
+	}
+	if c == s.held {
+		s.held = nil
+	}
+	return fmt.Errorf("%w: %s: %w: %s", ErrLeaseLost, s.info.Name, ErrHistoryRolledBack, why)
+}
+
+// checkPosition checks the identity and position a renewal saw.
+func (s *BlockSource) checkPosition(ctx context.Context, id StoreIdentity) error {
+	why := ""
+	switch {
+	case s.identity != "" && id.ID != s.identity:
+		why = fmt.Sprintf("the store's identity changed from %q to %q", s.identity, id.ID)
+	case id.ID == s.identity && id.Position < s.position:
+		why = fmt.Sprintf("the store's position went back from %d to %d", s.position, id.Position)
+	}
+	s.seen(id)
+	if why == "" {
+		return nil
+	}
+	if s.held != nil {
+		return s.historyLost(ctx, s.held, why)
+	}
+	if err := s.resetHistory(ctx, why); err != nil {
+		s.logWarn("randflake: marking the history unknown failed", "store", s.info.Name, "err", err)
+	}
+	return fmt.Errorf("%w: %s: %w: %s", ErrLeaseLost, s.info.Name, ErrHistoryRolledBack, why)
+}
+
+// ResetHistory marks the history of every block of the store unknown up
+// to now + the longest promise, so that the next claims wait it out. It
+// is the operator's tool after a restore that nothing can detect (a copy
+// of the whole store restored under the same identity while no holder
+// ran). Holders keep their claims; only new claims wait.
+func (s *BlockSource) ResetHistory(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resetHistory(ctx, "reset by the operator")
+}
+
+func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
+	var err error
+	for attempt := 0; attempt < 8; attempt++ {
+		now := s.now().Unix()
+		_, err = s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
+			a, err := s.assess(v, now)
+			if err != nil {
+				return nil, err
+			}
+			wait := max(s.wait, a.marker.horizon+ceilSeconds(s.info.MaxClockSkew))
+			a.marker.unknown = max(a.marker.unknown, min(now+wait, MaxTimestamp))
+			return &StoreChanges{Marker: formatMarker(s.key, a.marker)}, nil
+		})
+		if !errors.Is(err, ErrStoreConflict) {
+			break
+		}
+	}
+	_ = why
+	return err
+}
+
+// claimOf returns the claim of l, or an error.
+func (s *BlockSource) claimOf(l Lease) (*heldClaim, error) {
+	c := s.held
+	if c == nil || !c.lease.SameClaim(l) {
+		return nil, fmt.Errorf("randflake: %s: lease on %v is not held by this source", s.info.Name, l)
+	}
+	return c, nil
+}
+
+// Renew keeps the claim alive and moves the lease end forward, recording a
+// new promise first when the end would pass the last one (rule 3). A
+// store that went back in time is ErrLeaseLost (rule 8).
+func (s *BlockSource) Renew(ctx context.Context, l Lease) (Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.claimOf(l)
+	if err != nil {
+		return Lease{}, err
+	}
+	if !s.info.Durable {
+		return c.lease, nil
+	}
+	t0 := s.now()
+	if s.info.EndFor != nil {
+		id, err := s.store.Renew(ctx, c.handle)
+		if errors.Is(err, ErrLeaseLost) {
+			s.held = nil
+			return Lease{}, err
+		}
+		if err != nil {
+			return Lease{}, err
+		}
+		if err := s.checkPosition(ctx, id); err != nil {
+			return Lease{}, err
+		}
+	}
+	end := s.endFor(t0, s.promise(t0.Unix()))
+	if end <= c.lease.End {
+		return c.lease, nil
+	}
+	if end > c.promised {
+		if err := s.writePromise(ctx, c, t0.Unix()); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				s.held = nil
+			}
+			return Lease{}, err
+		}
+	}
+	c.lease.End = s.endFor(t0, c.promised)
+	return c.lease, nil
+}
+
+// Release records the newest second used (at least l.Start-1, at most the
+// promise) and frees the blocks in one step. If the store cannot be
+// reached, the claim lapses and the promise stands.
+func (s *BlockSource) Release(ctx context.Context, l Lease, lastUsed int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.claimOf(l)
+	if err != nil {
+		return err
+	}
+	s.held = nil
+	if !s.info.Durable {
+		_, err := s.store.Update(ctx, c.handle, false, func(*StoreView) (*StoreChanges, error) {
+			return &StoreChanges{Release: true}, nil
+		})
+		return err
+	}
+	if lastUsed > c.lease.End {
+		s.abandon(c)
+		return fmt.Errorf("randflake: %s: release of %v reports second %s, after the lease's end; the promise stands", s.info.Name, c.lease, formatSecond(lastUsed))
+	}
+	until := max(min(lastUsed, c.promised), c.lease.Start-1, Epoch)
+	now := s.now().Unix()
+	err = s.updateHeld(ctx, c, func(ch *StoreChanges, a *assessment) {
+		for f := c.lease.FirstNode; f <= c.lease.LastNode; f += s.layout.Size {
+			rec := blockRecord{first: f, last: f + s.layout.Size - 1, until: until, at: now}
+			if r, ok := a.records[f]; ok {
+				rec.at = max(rec.at, r.at)
+			}
+			s.replaceDigest(a, ch, f, formatRecord(s.key, rec))
+		}
+		ch.Release = true
+	})
+	if err != nil {
+		s.abandon(c)
+	}
+	return err
+}
+
+// abandon frees c's blocks without recording anything, best effort: the
+// recorded promise stands.
+func (s *BlockSource) abandon(c *heldClaim) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.store.Update(ctx, c.handle, false, func(*StoreView) (*StoreChanges, error) {
+		return &StoreChanges{Release: true}, nil
+	})
+}
+
+// acquireVolatile hands out the one range of a store that records nothing
+// (rule 10): the deployment guarantees one holder at a time, and the
+// clock alone tells which seconds a predecessor may have used, so the
+// lease starts after now + MaxClockSkew.
+func (s *BlockSource) acquireVolatile(ctx context.Context) (Lease, error) {
+	var first int64 = -1
+	handle, err := s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
+		if len(v.Blocks) == 0 {
+			return nil, fmt.Errorf("randflake: %s holds no node IDs", s.info.Name)
+		}
+		first = v.Blocks[0].First
+		return &StoreChanges{Claim: []int64{first}}, nil
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	now := s.now().Unix()
+	l := Lease{FirstNode: first, LastNode: first + s.blocks*s.layout.Size - 1,
+		Start: now + 1 + ceilSeconds(s.info.MaxClockSkew), End: MaxTimestamp}
+	if err := l.Validate(); err != nil {
+		return Lease{}, err
+	}
+	s.held = &heldClaim{handle: handle, lease: l}
+	return l, nil
+}

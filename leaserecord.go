@@ -1,0 +1,185 @@
+package randflake
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Records and the marker are what BlockSource keeps in a BlockStore. Both
+// are short lines of text, so an operator can read them, and both end in a
+// tag, an HMAC-SHA-256 under a key derived from the fleet secret, so an
+// edit made without the secret is seen:
+//
+//	rfb1 FIRST LAST UNTIL AT TAG
+//
+// is the record of block FIRST..LAST: no ID on its node IDs carries a
+// second after UNTIL, written when the writer's clock read AT.
+//
+//	rfm1 id=ID first=F last=L size=S horizon=H unknown=U digest=D tag=TAG
+//
+// is the fleet marker: the store's identity when it was written (ID), the
+// fleet's layout (blocks of S node IDs from F to L), the longest promise a
+// holder makes (H seconds), the second U up to which every block's history
+// counts as unknown (the store lost history, or went back, before it), and
+// D, the exclusive or of the tags of every record in the store. A record
+// deleted, edited or replaced by an older one (even with a valid tag)
+// changes the tags the reader finds, so D no longer matches.
+
+const (
+	recordPrefix = "rfb1 "
+	markerPrefix = "rfm1 "
+	tagBytes     = 16
+	maxRecordLen = 512
+)
+
+// recordKey derives the key of record tags from the fleet secret.
+func recordKey(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("randflake lease records v1"))
+	return m.Sum(nil)
+}
+
+// tagOf returns the tag of a record's or marker's text before its tag.
+func tagOf(key []byte, body string) [tagBytes]byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(body))
+	var t [tagBytes]byte
+	copy(t[:], m.Sum(nil))
+	return t
+}
+
+// digestOf returns the contribution of raw record bytes to the marker's
+// digest: the HMAC of the bytes as stored, whatever they hold, so that the
+// digest follows exactly what the store keeps.
+func digestOf(key []byte, raw []byte) [tagBytes]byte {
+	return tagOf(key, "digest "+string(raw))
+}
+
+func xorInto(d *[tagBytes]byte, t [tagBytes]byte) {
+	for i := range d {
+		d[i] ^= t[i]
+	}
+}
+
+// blockRecord is a block's record.
+type blockRecord struct {
+	first, last int64
+	until       int64 // no ID on the block carries a later second
+	at          int64 // the writer's clock when written
+}
+
+func formatRecord(key []byte, r blockRecord) []byte {
+	body := fmt.Sprintf("%s%d %d %d %d", recordPrefix, r.first, r.last, r.until, r.at)
+	t := tagOf(key, body)
+	return []byte(body + " " + hex.EncodeToString(t[:]))
+}
+
+var errBadRecord = errors.New("fails its check")
+
+// parseRecord reads a record of block first..last and checks its tag and
+// its values.
+func parseRecord(key []byte, raw []byte, first, last int64) (blockRecord, error) {
+	s := string(raw)
+	if len(s) > maxRecordLen || !strings.HasPrefix(s, recordPrefix) {
+		return blockRecord{}, fmt.Errorf("%w: not a block record", errBadRecord)
+	}
+	i := strings.LastIndexByte(s, ' ')
+	body, tagHex := s[:i], s[i+1:]
+	want := tagOf(key, body)
+	got, err := hex.DecodeString(tagHex)
+	if err != nil || subtle.ConstantTimeCompare(got, want[:]) != 1 {
+		return blockRecord{}, fmt.Errorf("%w: its tag does not match (edited, or written under another secret)", errBadRecord)
+	}
+	f := strings.Fields(body[len(recordPrefix):])
+	if len(f) != 4 {
+		return blockRecord{}, fmt.Errorf("%w: malformed", errBadRecord)
+	}
+	var v [4]int64
+	for j := range v {
+		if v[j], err = strconv.ParseInt(f[j], 10, 64); err != nil {
+			return blockRecord{}, fmt.Errorf("%w: malformed", errBadRecord)
+		}
+	}
+	r := blockRecord{first: v[0], last: v[1], until: v[2], at: v[3]}
+	if r.first != first || r.last != last {
+		return blockRecord{}, fmt.Errorf("%w: it is the record of node IDs %d-%d", errBadRecord, r.first, r.last)
+	}
+	if !inLifetime(r.until) || !inLifetime(r.at) {
+		return blockRecord{}, fmt.Errorf("%w: a second outside the lifetime of Randflake IDs", errBadRecord)
+	}
+	return r, nil
+}
+
+func inLifetime(sec int64) bool { return sec >= Epoch && sec <= MaxTimestamp }
+
+// fleetMarker is the marker.
+type fleetMarker struct {
+	id      string
+	layout  BlockLayout
+	horizon int64 // seconds
+	unknown int64 // history unknown up to this second
+	digest  [tagBytes]byte
+}
+
+func formatMarker(key []byte, m fleetMarker) []byte {
+	body := fmt.Sprintf("%sid=%s first=%d last=%d size=%d horizon=%d unknown=%d digest=%s",
+		markerPrefix, url.QueryEscape(m.id), m.layout.FirstNode, m.layout.LastNode, m.layout.Size,
+		m.horizon, m.unknown, hex.EncodeToString(m.digest[:]))
+	t := tagOf(key, body)
+	return []byte(body + " tag=" + hex.EncodeToString(t[:]))
+}
+
+// parseMarker reads the marker and checks its tag and values.
+func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
+	s := string(raw)
+	if len(s) > maxRecordLen || !strings.HasPrefix(s, markerPrefix) {
+		return fleetMarker{}, fmt.Errorf("%w: not a fleet marker", errBadRecord)
+	}
+	i := strings.LastIndex(s, " tag=")
+	if i < 0 {
+		return fleetMarker{}, fmt.Errorf("%w: no tag", errBadRecord)
+	}
+	body := s[:i]
+	want := tagOf(key, body)
+	got, err := hex.DecodeString(s[i+len(" tag="):])
+	if err != nil || subtle.ConstantTimeCompare(got, want[:]) != 1 {
+		return fleetMarker{}, fmt.Errorf("%w: its tag does not match (edited, or written under another secret)", errBadRecord)
+	}
+	var m fleetMarker
+	fields := map[string]string{}
+	for _, f := range strings.Fields(body[len(markerPrefix):]) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return fleetMarker{}, fmt.Errorf("%w: malformed", errBadRecord)
+		}
+		fields[k] = v
+	}
+	if m.id, err = url.QueryUnescape(fields["id"]); err != nil {
+		return fleetMarker{}, fmt.Errorf("%w: malformed", errBadRecord)
+	}
+	nums := []struct {
+		name string
+		v    *int64
+	}{{"first", &m.layout.FirstNode}, {"last", &m.layout.LastNode}, {"size", &m.layout.Size}, {"horizon", &m.horizon}, {"unknown", &m.unknown}}
+	for _, n := range nums {
+		if *n.v, err = strconv.ParseInt(fields[n.name], 10, 64); err != nil {
+			return fleetMarker{}, fmt.Errorf("%w: malformed %s", errBadRecord, n.name)
+		}
+	}
+	d, err := hex.DecodeString(fields["digest"])
+	if err != nil || len(d) != tagBytes {
+		return fleetMarker{}, fmt.Errorf("%w: malformed digest", errBadRecord)
+	}
+	copy(m.digest[:], d)
+	if m.layout.Check() != nil || !inLifetime(m.unknown) || m.horizon < 0 || m.horizon > MaxTimestamp-Epoch {
+		return fleetMarker{}, fmt.Errorf("%w: impossible values", errBadRecord)
+	}
+	return m, nil
+}
