@@ -135,7 +135,8 @@ type StaticSource struct {
 }
 
 // Acquire returns a lease on the configured range from the next second
-// (plus MaxClockSkew) to MaxTimestamp.
+// (plus MaxClockSkew) to MaxTimestamp: rule 10 of docs/leases.md, as
+// BlockSource applies it to NewStaticStore.
 func (s StaticSource) Acquire(ctx context.Context) (Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return Lease{}, err
@@ -143,17 +144,7 @@ func (s StaticSource) Acquire(ctx context.Context) (Lease, error) {
 	if s.MaxClockSkew < 0 {
 		return Lease{}, errors.New("randflake: negative MaxClockSkew")
 	}
-	skew := int64((s.MaxClockSkew + time.Second - 1) / time.Second)
-	l := Lease{
-		FirstNode: s.FirstNode,
-		LastNode:  s.LastNode,
-		Start:     time.Now().Unix() + 1 + skew,
-		End:       MaxTimestamp,
-	}
-	if err := l.Validate(); err != nil {
-		return Lease{}, err
-	}
-	return l, nil
+	return volatileLease(s.FirstNode, s.LastNode, time.Now().Unix(), s.MaxClockSkew)
 }
 
 // Renew returns l unchanged: a static lease does not end.
