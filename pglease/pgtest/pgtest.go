@@ -18,7 +18,9 @@
 //
 // A package whose tests share one server uses [Main] as its TestMain and
 // [Shared] in its tests; a test that needs a server of its own (one it
-// stops and restarts, say) uses [New].
+// stops and restarts, say) uses [New]. [Server.Replica] (or [NewReplica])
+// makes a streaming replica of a server, and [Server.Promote] promotes it,
+// for tests of a failover: the promoted replica starts a new timeline.
 package pgtest
 
 import (
@@ -34,6 +36,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -149,6 +152,22 @@ func Start() (*Server, error) {
 // initServer runs initdb into a new temporary directory and picks a port.
 // On error the directory, if made, is s.dir.
 func initServer(bin string) (*Server, error) {
+	s, err := newServerDir(bin)
+	if err != nil {
+		return s, err
+	}
+	cmd := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(s.dir, "data"), "-U", User,
+		"-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	if out, err := s.run(cmd); err != nil {
+		return s, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	return s, nil
+}
+
+// newServerDir makes a new temporary directory for a server, which the
+// postgres user owns when running as root, and picks a free port. On error
+// the directory, if made, is s.dir.
+func newServerDir(bin string) (*Server, error) {
 	base := os.TempDir()
 	if os.Geteuid() == 0 && !othersCanEnter(base) {
 		base = "/tmp" // the postgres user must reach the directory
@@ -170,14 +189,6 @@ func initServer(bin string) (*Server, error) {
 			return s, err
 		}
 	}
-	cmd := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", User,
-		"-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	if err := cmd.Run(); err != nil {
-		return s, fmt.Errorf("initdb: %v\n%s", err, out.Bytes())
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return s, err
@@ -185,6 +196,101 @@ func initServer(bin string) (*Server, error) {
 	s.port = ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	return s, nil
+}
+
+// run runs one of the server's tools (as the postgres user when running
+// as root) and returns its output.
+func (s *Server) run(cmd *exec.Cmd) ([]byte, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// Replica makes a streaming replica of the running server s and starts
+// it: a base backup of s (pg_basebackup, which also writes the settings
+// that make the copy follow s) into a new temporary directory, served on
+// a port of its own. It returns once the replica accepts connections; it
+// is read-only, in recovery, replaying what s writes, until
+// [Server.Promote]. The caller must call [Server.Close] on it. Stopping
+// the replica and starting it again keeps it a replica (of s, if s runs).
+func (s *Server) Replica() (*Server, error) {
+	tool, err := s.tool("pg_basebackup")
+	if err != nil {
+		return nil, err
+	}
+	r, err := newServerDir(s.bin)
+	if err == nil {
+		cmd := exec.Command(tool, "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-U", User,
+			"-D", filepath.Join(r.dir, "data"), "--write-recovery-conf", "--wal-method=stream",
+			"--checkpoint=fast", "--no-sync")
+		if out, e := r.run(cmd); e != nil {
+			err = fmt.Errorf("pg_basebackup: %v\n%s", e, out)
+		}
+	}
+	if err == nil {
+		err = r.Start()
+	}
+	if err != nil {
+		if r != nil {
+			os.RemoveAll(r.dir)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+// tool returns the path of another of the server's programs: the one
+// beside postgres, or beside the file postgres links to (a directory of
+// links such as /usr/local/bin), else the one on PATH.
+func (s *Server) tool(name string) (string, error) {
+	dirs := []string{s.bin}
+	if real, err := filepath.EvalSymlinks(filepath.Join(s.bin, "postgres")); err == nil {
+		dirs = append(dirs, filepath.Dir(real))
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(filepath.Join(d, name)); err == nil && !fi.IsDir() {
+			return filepath.Join(d, name), nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("pgtest: no %s beside postgres in %s, nor on PATH", name, strings.Join(dirs, " or "))
+}
+
+// Promote ends a replica's recovery (pg_promote): it stops following its
+// primary and starts a new timeline of its own, accepting writes. It
+// returns once the replica accepts writes, within 30 seconds.
+func (s *Server) Promote() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, s.DSN())
+	if err != nil {
+		return fmt.Errorf("pgtest: promote: %w", err)
+	}
+	defer c.Close(context.Background())
+	var ok bool
+	if err := c.QueryRow(ctx, "SELECT pg_promote(true, 30)").Scan(&ok); err != nil {
+		return fmt.Errorf("pgtest: promote: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("pgtest: promote: not promoted within 30s\n%s", s.LogTail())
+	}
+	return nil
+}
+
+// NewReplica makes a replica of s for t (see [Server.Replica]), closed
+// when t and its subtests end. It fails t if the replica does not start.
+func NewReplica(t testing.TB, s *Server) *Server {
+	t.Helper()
+	r, err := s.Replica()
+	if err != nil {
+		t.Fatalf("pgtest: replica: %v", err)
+	}
+	t.Cleanup(r.Close)
+	return r
 }
 
 // othersCanEnter reports whether every directory from / to dir lets

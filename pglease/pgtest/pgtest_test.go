@@ -112,6 +112,73 @@ func TestServer(t *testing.T) {
 	}
 }
 
+// A replica follows its primary, read-only; promoted after its primary
+// stopped, it accepts writes on a new timeline, with the data it had.
+func TestReplicaPromote(t *testing.T) {
+	t.Parallel()
+	p := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pc, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	if _, err := pc.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	timeline := func(c *pgx.Conn) string {
+		t.Helper()
+		var tl string
+		if err := c.QueryRow(ctx, "SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)").Scan(&tl); err != nil {
+			t.Fatal(err)
+		}
+		return tl
+	}
+	if tl := timeline(pc); tl != "00000001" {
+		t.Fatalf("a new server's timeline: %s", tl)
+	}
+	r := pgtest.NewReplica(t, p)
+	if r.Addr() == p.Addr() {
+		t.Fatalf("the replica listens on its primary's address %s", r.Addr())
+	}
+	if _, err := pc.Exec(ctx, "INSERT INTO kept VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := pgx.Connect(ctx, r.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close(context.Background())
+	var n int
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err := rc.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n != 2 {
+		t.Fatalf("the replica has %d rows 20s after the primary wrote 2", n)
+	}
+	if _, err := rc.Exec(ctx, "INSERT INTO kept VALUES (3)"); err == nil {
+		t.Fatal("a replica accepted a write")
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rc.Exec(ctx, "INSERT INTO kept VALUES (3)"); err != nil {
+		t.Fatalf("write after the promotion: %v", err)
+	}
+	if tl := timeline(rc); tl != "00000002" {
+		t.Errorf("the promoted replica's timeline: %s, want 00000002", tl)
+	}
+}
+
 // Shared returns the one server Main started, to every test.
 func TestShared(t *testing.T) {
 	t.Parallel()
