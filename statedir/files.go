@@ -7,7 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 // errSymlink: a path whose last element is a symbolic link.
@@ -148,25 +151,51 @@ func syncDir(path string) error {
 }
 
 // locked runs fn holding the directory lock, waiting for it within ctx.
-func (d *Dir) locked(ctx context.Context, fn func() error) error {
-	f, err := openOwned(filepath.Join(d.path, "lock"), os.O_RDWR|os.O_CREATE)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
-		ok, err := tryLock(f)
+// fn gets the lock file, open for reading and writing: it also holds the
+// directory's generation (see generation.go). A lock taken on a file that
+// is no longer at the path (removed or replaced meanwhile) is dropped and
+// taken again on the file now there, so two processes never both believe
+// they hold the lock.
+func (d *Dir) locked(ctx context.Context, fn func(lock *os.File) error) error {
+	path := filepath.Join(d.path, "lock")
+	for {
+		f, err := openOwned(path, os.O_RDWR|os.O_CREATE)
 		if err != nil {
-			return fmt.Errorf("statedir: locking %s: %w", f.Name(), err)
+			return err
 		}
-		if ok {
-			break
+		for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+			ok, err := tryLock(f)
+			if err != nil {
+				f.Close()
+				return fmt.Errorf("statedir: locking %s: %w", path, err)
+			}
+			if ok {
+				break
+			}
+			if err := sleepCtx(ctx, wait); err != nil {
+				f.Close()
+				return fmt.Errorf("statedir: waiting for %s: %w", path, err)
+			}
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
-			return fmt.Errorf("statedir: waiting for %s: %w", f.Name(), err)
+		if sameFile(f, path) {
+			defer f.Close() // closing f releases the lock
+			return fn(f)
+		}
+		f.Close()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("statedir: waiting for %s: %w", path, err)
 		}
 	}
-	return fn() // closing f releases the lock
+}
+
+// sameFile reports whether f is still the file at path.
+func sameFile(f *os.File, path string) bool {
+	held, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	cur, err := os.Lstat(path)
+	return err == nil && os.SameFile(held, cur)
 }
 
 // sleepCtx sleeps for d or until ctx is done.
@@ -181,43 +210,74 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (d *Dir) blockPath(b int) string {
-	return filepath.Join(d.path, "blocks", fmt.Sprintf("%04d", b))
+// lockBlock locks the file of the block whose first node ID is first,
+// creating it, without waiting. It returns a nil file if someone else
+// holds it.
+func (d *Dir) lockBlock(first int64) (*os.File, error) {
+	f, err := openOwned(d.blockPath(first), os.O_RDWR|os.O_CREATE)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := tryLock(f)
+	if err != nil || !ok {
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("statedir: locking %s: %w", d.blockPath(first), err)
+		}
+		return nil, nil
+	}
+	return f, nil
 }
 
-// lockBlocks locks the files of blocks first..first+k-1 without waiting.
-// It returns nil files if another process holds one of them.
-func (d *Dir) lockBlocks(first, k int) ([]*os.File, error) {
-	files := make([]*os.File, 0, k)
-	for b := first; b < first+k; b++ {
-		f, err := openOwned(d.blockPath(b), os.O_RDWR|os.O_CREATE)
+// heldBlocks returns the first node IDs of the blocks in first..last whose
+// lock file someone holds (this process included, through another open
+// file). Only existing files are tried: nobody holds a block without one.
+// A file that is not a regular file of ours, writable only by us, is
+// refused, naming its path.
+func (d *Dir) heldBlocks(first, last int64) (map[int64]bool, error) {
+	dir := filepath.Join(d.path, "blocks")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("statedir: %w", err)
+	}
+	held := map[int64]bool{}
+	for _, e := range entries {
+		b, ok := blockNumber(e.Name())
+		if !ok || b*BlockSize < first || b*BlockSize > last {
+			continue
+		}
+		f, err := openOwned(filepath.Join(dir, e.Name()), os.O_RDONLY)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed meanwhile: not held
+		}
 		if err != nil {
-			closeAll(files)
 			return nil, err
 		}
-		ok, err := tryLock(f)
-		if err != nil || !ok {
-			f.Close()
-			closeAll(files)
-			if err != nil {
-				return nil, fmt.Errorf("statedir: locking %s: %w", f.Name(), err)
-			}
-			return nil, nil
+		free, err := tryLock(f)
+		f.Close() // releases the lock just taken, if it was
+		if err != nil {
+			return nil, fmt.Errorf("statedir: locking %s: %w", f.Name(), err)
 		}
-		files = append(files, f)
+		if !free {
+			held[b*BlockSize] = true
+		}
 	}
-	return files, nil
+	return held, nil
 }
 
-// stillLocked reports whether f, a locked lock file, is still the file at
-// block b's path.
-func (d *Dir) stillLocked(f *os.File, b int) bool {
-	held, err := f.Stat()
-	if err != nil {
-		return false
+// blockNumber parses the name of a block's lock file.
+func blockNumber(name string) (int64, bool) {
+	b, err := strconv.ParseInt(name, 10, 64)
+	if err != nil || b < 0 || b > randflake.MaxNode/BlockSize || name != fmt.Sprintf("%04d", b) {
+		return 0, false
 	}
-	cur, err := os.Lstat(d.blockPath(b))
-	return err == nil && os.SameFile(held, cur)
+	return b, true
+}
+
+// blockPath returns the path of the lock file of the block whose first
+// node ID is first.
+func (d *Dir) blockPath(first int64) string {
+	return filepath.Join(d.path, "blocks", fmt.Sprintf("%04d", first/BlockSize))
 }
 
 func closeAll(files []*os.File) {

@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,148 +20,233 @@ import (
 	"github.com/randflake/randflake"
 )
 
-const t0 = 1_750_000_000
+// unknownWait is what unknown history costs: DefaultHorizon, and the lease
+// starts the second after.
+const unknownWait = int64(DefaultHorizon/time.Second) + 1
 
 // used leaves a state directory as a crashed holder would: it claimed and
 // renewed blocks 0 and 1, and died without releasing them. It returns the
-// directory's path and the holder's promise.
-func used(t *testing.T) (string, int64) {
+// directory's path, the holder's promise, and the state file as it was
+// after the claim, before the renewal (an older copy).
+func used(t *testing.T) (path string, promise int64, older []byte) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "state")
+	path = filepath.Join(t.TempDir(), "state")
 	d, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &fixedClock{}
-	clk.sec.Store(t0)
-	s := clk.use(newSource(t, d, Options{Nodes: 128, LastNode: 1023}))
-	l, err := s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	clk := newClock(t0)
+	s := newSource(t, d, clk.on(Options{Nodes: 128, LastNode: 1023}))
+	l, _ := acquire(t, s)
+	if l.FirstNode != 0 {
+		t.Fatalf("first lease %v, want node IDs from 0", l)
 	}
-	clk.sec.Add(3)
+	older = must(os.ReadFile(d.statePath()))
+	clk.add(3)
 	if l, err = s.Renew(context.Background(), l); err != nil {
 		t.Fatal(err)
 	}
-	closeAll(s.claim.files) // SIGKILL: the kernel drops the locks, nothing is written
-	return path, l.End
+	kill(t, s) // SIGKILL: the kernel drops the locks, nothing is written
+	return path, l.End, older
 }
 
-// reopen opens path afresh, as a restarted process does, on a clock at now.
-func reopen(t *testing.T, path string, now int64, opts Options) (*Source, *fixedClock) {
+// reopen opens path afresh, as a restarted process does, on a clock
+// running from now.
+func reopen(t *testing.T, path string, now int64, opts Options) (*Source, *testClock) {
 	t.Helper()
 	d, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &fixedClock{}
-	clk.sec.Store(now)
-	return clk.use(newSource(t, d, opts)), clk
+	clk := newClock(now)
+	return newSource(t, d, clk.on(opts)), clk
 }
 
-func sumLine(body string) string {
-	sum := sha256.Sum256([]byte(body))
-	return "sum " + hex.EncodeToString(sum[:]) + "\n"
+// withSum replaces the checksum of a state file's text by a valid one for
+// what comes before it (or adds one), as someone who knows the format
+// would.
+func withSum(text string) []byte {
+	if i := strings.LastIndex(text, "\nsum "); i >= 0 {
+		text = text[:i+1]
+	}
+	sum := sha256.Sum256([]byte(text))
+	return []byte(text + "sum " + hex.EncodeToString(sum[:]) + "\n")
 }
 
-// Every way of losing or damaging the state makes the next holder wait out
-// the longest promise instead of issuing at once on the dead process's
-// node IDs.
+// editLine applies edit to the first line starting with prefix.
+func editLine(t *testing.T, text, prefix string, edit func(string) string) string {
+	t.Helper()
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			lines[i] = edit(l)
+			return strings.Join(lines, "\n")
+		}
+	}
+	t.Fatalf("no line %q in\n%s", prefix, text)
+	return ""
+}
+
+var untilField = regexp.MustCompile(`^(record 0 rfb1 0 63 )(\d+)`)
+
+// lowerUntil moves the first block's recorded second back by an hour.
+func lowerUntil(l string) string {
+	m := untilField.FindStringSubmatch(l)
+	if m == nil {
+		return l + "?"
+	}
+	u, _ := strconv.ParseInt(m[2], 10, 64)
+	return m[1] + strconv.FormatInt(u-3600, 10) + l[len(m[0]):]
+}
+
+// Every way of losing, damaging or rolling back the state makes the next
+// holder wait out the longest promise instead of issuing at once on the
+// dead process's node IDs.
 func TestLostHistoryIsWaitedOut(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
-		name   string
-		damage func(t *testing.T, state string)
+		name    string
+		damage  func(t *testing.T, dir string, older []byte)
+		corrupt bool // the damaged file is kept as state.corrupt
 	}{
-		{"state file deleted", func(t *testing.T, state string) {
-			if err := os.Remove(state); err != nil {
-				t.Fatal(err)
-			}
-		}},
-		{"only the header line left", func(t *testing.T, state string) {
-			os.WriteFile(state, []byte(stateHeader+"\n"), 0o600)
-		}},
-		{"cut inside the first record", func(t *testing.T, state string) {
-			data, _ := os.ReadFile(state)
-			i := strings.Index(string(data), "\n0 ")
-			os.WriteFile(state, data[:i+3], 0o600)
-		}},
-		{"cut at a line boundary, checksum gone", func(t *testing.T, state string) {
-			data, _ := os.ReadFile(state)
+		{"state file deleted", func(t *testing.T, dir string, _ []byte) {
+			must(0, os.Remove(filepath.Join(dir, "state")))
+		}, false},
+		{"state and blocks/ deleted", func(t *testing.T, dir string, _ []byte) {
+			must(0, os.Remove(filepath.Join(dir, "state")))
+			must(0, os.RemoveAll(filepath.Join(dir, "blocks")))
+		}, false},
+		{"only the header line left", func(t *testing.T, dir string, _ []byte) {
+			writeState(t, dir, []byte(stateHeader+"\n"))
+		}, true},
+		{"cut inside the first record", func(t *testing.T, dir string, _ []byte) {
+			data := readState(t, dir)
+			i := strings.Index(string(data), "\nrecord 0 ")
+			writeState(t, dir, data[:i+15])
+		}, true},
+		{"cut at a line boundary, checksum gone", func(t *testing.T, dir string, _ []byte) {
+			data := readState(t, dir)
 			i := strings.Index(string(data), "\nsum ")
-			os.WriteFile(state, data[:i+1], 0o600)
-		}},
-		{"record edited", func(t *testing.T, state string) {
-			data, _ := os.ReadFile(state)
-			os.WriteFile(state, []byte(strings.Replace(string(data), "\n0 ", "\n5 ", 1)), 0o600)
-		}},
-		{"repeated records appended", func(t *testing.T, state string) {
-			f, _ := os.OpenFile(state, os.O_APPEND|os.O_WRONLY, 0)
-			fmt.Fprintf(f, "0 %d %d\n1 %d %d\n", t0, t0-5, t0, t0-5)
-			f.Close()
-		}},
-		{"an older version's file, no checksum", func(t *testing.T, state string) {
-			os.WriteFile(state, []byte(stateHeaderOld+"\n"), 0o600)
-		}},
-		{"emptied", func(t *testing.T, state string) {
-			os.WriteFile(state, nil, 0o600)
-		}},
+			writeState(t, dir, data[:i+1])
+		}, true},
+		{"record edited", func(t *testing.T, dir string, _ []byte) {
+			writeState(t, dir, []byte(editLine(t, string(readState(t, dir)), "record 0 ", lowerUntil)))
+		}, true},
+		{"record edited, checksum made valid", func(t *testing.T, dir string, _ []byte) {
+			writeState(t, dir, withSum(editLine(t, string(readState(t, dir)), "record 0 ", lowerUntil)))
+		}, false},
+		{"record deleted, checksum made valid", func(t *testing.T, dir string, _ []byte) {
+			writeState(t, dir, withSum(editLine(t, string(readState(t, dir)), "record 0 ", func(string) string { return "# gone" })))
+		}, false},
+		{"marker deleted, checksum made valid", func(t *testing.T, dir string, _ []byte) {
+			writeState(t, dir, withSum(editLine(t, string(readState(t, dir)), "marker ", func(string) string { return "# gone" })))
+		}, false},
+		{"marker edited, checksum made valid", func(t *testing.T, dir string, _ []byte) {
+			writeState(t, dir, withSum(editLine(t, string(readState(t, dir)), "marker ", func(l string) string {
+				return strings.Replace(l, "unknown=", "unknown=1", 1)
+			})))
+		}, false},
+		{"repeated records appended", func(t *testing.T, dir string, _ []byte) {
+			data := string(readState(t, dir))
+			line := regexp.MustCompile(`(?m)^record 0 .*\n`).FindString(data)
+			writeState(t, dir, []byte(data+line+line))
+		}, true},
+		{"an older version's file", func(t *testing.T, dir string, _ []byte) {
+			body := "randflake statedir 2\nhistory own\nunrecorded " + fmt.Sprint(int64(randflake.Epoch)) + "\n"
+			sum := sha256.Sum256([]byte(body))
+			writeState(t, dir, []byte(body+"sum "+hex.EncodeToString(sum[:])+"\n"))
+		}, true},
+		{"the first version's file", func(t *testing.T, dir string, _ []byte) {
+			writeState(t, dir, []byte("randflake statedir 1\n0 1750000000 1750000005\n"))
+		}, true},
+		{"emptied", func(t *testing.T, dir string, _ []byte) {
+			writeState(t, dir, nil)
+		}, true},
+		{"an older state file put back alone", func(t *testing.T, dir string, older []byte) {
+			writeState(t, dir, older)
+		}, false},
+		{"an older state file put back, blocks/ deleted", func(t *testing.T, dir string, older []byte) {
+			writeState(t, dir, older)
+			must(0, os.RemoveAll(filepath.Join(dir, "blocks")))
+		}, false},
+		{"crash between the generation and the state write", func(t *testing.T, dir string, _ []byte) {
+			f := must(os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR, 0))
+			defer f.Close()
+			g := must(readGeneration(f))
+			must(0, writeGeneration(f, g+1))
+		}, false},
+		{"lock file emptied", func(t *testing.T, dir string, _ []byte) {
+			must(0, os.Truncate(filepath.Join(dir, "lock"), 0))
+		}, false},
+		{"lock file unreadable", func(t *testing.T, dir string, _ []byte) {
+			must(0, os.WriteFile(filepath.Join(dir, "lock"), []byte("gen x\n"), 0o600))
+		}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			path, promise := used(t)
-			c.damage(t, filepath.Join(path, "state"))
+			t.Parallel()
+			path, promise, older := used(t)
+			c.damage(t, path, older)
 			now := int64(t0 + 4)
-			s, _ := reopen(t, path, now, Options{Nodes: 128, LastNode: 1023})
-			var waited time.Duration
-			sleep := s.sleep
-			s.sleep = func(ctx context.Context, d time.Duration) error { waited += d; return sleep(ctx, d) }
-			l, err := s.Acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
+			s, clk := reopen(t, path, now, Options{Nodes: 128, LastNode: 1023})
+			l, took := acquire(t, s)
+			if l.Start < now+unknownWait || l.Start <= promise {
+				t.Errorf("lease %v starts at %d, want no earlier than %d (now + horizon + 1; the dead holder promised %d)", l, l.Start, now+unknownWait, promise)
 			}
-			want := now + int64(DefaultHorizon/time.Second) + 1
-			if l.Start < want || l.Start <= promise {
-				t.Errorf("lease %v starts at %d, want no earlier than %d (now + horizon + 1; the dead holder promised %d)", l, l.Start, want, promise)
+			if took < time.Duration(unknownWait-1)*time.Second {
+				t.Errorf("waited %v, want the horizon", took)
 			}
-			if l.FirstNode == 0 && waited == 0 {
-				t.Errorf("took the dead holder's node IDs without waiting")
-			}
-			if waited < 10*time.Second {
-				t.Errorf("waited %v, want the horizon", waited)
+			if got := clk.sec(); got < l.Start {
+				t.Errorf("Acquire returned at second %d, before its lease's start %d", got, l.Start)
 			}
 			// What it wrote is a valid file later starts accept.
-			data, _ := os.ReadFile(filepath.Join(path, "state"))
+			data := readState(t, path)
 			if _, err := parseState(data); err != nil {
 				t.Errorf("rewritten state refused: %v\n%s", err, data)
 			}
+			_, err := os.Stat(filepath.Join(path, "state.corrupt"))
+			if c.corrupt && err != nil {
+				t.Errorf("no copy of the damaged file: %v", err)
+			}
+			// Once waited out, the history is known again: the next
+			// process does not wait.
+			s2, clk2 := reopen(t, path, clk.sec(), Options{Nodes: 128, LastNode: 1023})
+			l2, took2 := acquire(t, s2)
+			if l2.Start > clk2.sec() || took2 > 5*time.Second {
+				t.Errorf("after the wait, the next process got %v after %v; want a lease from now", l2, took2)
+			}
+			runtime.KeepAlive(s) // the first process still holds its blocks
+			t.Logf("waited %v", took.Round(100*time.Millisecond))
 		})
 	}
+}
+
+func readState(t *testing.T, dir string) []byte {
+	t.Helper()
+	return must(os.ReadFile(filepath.Join(dir, "state")))
+}
+
+func writeState(t *testing.T, dir string, data []byte) {
+	t.Helper()
+	must(0, os.WriteFile(filepath.Join(dir, "state"), data, 0o600))
 }
 
 // With the history intact, the dead holder's node IDs are avoided and no
 // one waits; and a brand-new directory needs no wait.
 func TestCompleteHistoryNeedsNoWait(t *testing.T) {
-	path, promise := used(t)
-	s, _ := reopen(t, path, t0+4, Options{Nodes: 128, LastNode: 1023})
-	s.sleep = func(ctx context.Context, d time.Duration) error {
-		t.Errorf("waited %v with an intact state", d)
-		return nil
-	}
-	l, err := s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.FirstNode == 0 || l.Start > t0+4 {
-		t.Errorf("lease %v: want other node IDs than the dead holder's (promise %d), at once", l, promise)
+	t.Parallel()
+	path, promise, _ := used(t)
+	s, clk := reopen(t, path, t0+4, Options{Nodes: 128, LastNode: 1023})
+	l, took := acquire(t, s)
+	if l.FirstNode == 0 || l.Start > clk.sec() || took > 5*time.Second {
+		t.Errorf("lease %v after %v: want other node IDs than the dead holder's (promise %d), at once", l, took, promise)
 	}
 
 	d := openTest(t)
-	clk := &fixedClock{}
-	clk.sec.Store(t0)
-	fresh := clk.use(newSource(t, d, Options{Nodes: 64}))
-	fresh.sleep = s.sleep
-	if l, err := fresh.Acquire(context.Background()); err != nil || l.Start > t0 {
-		t.Errorf("brand-new directory: %v, %v; want a lease from now", l, err)
+	clk = newClock(t0)
+	fresh := newSource(t, d, clk.on(Options{Nodes: 64}))
+	if l, took := acquire(t, fresh); l.Start > clk.sec() || took > 5*time.Second {
+		t.Errorf("brand-new directory: %v after %v; want a lease from now", l, took)
 	}
 }
 
@@ -167,112 +255,152 @@ func TestCompleteHistoryNeedsNoWait(t *testing.T) {
 // fleet secret waits, and so does any process that joins it before the
 // first one is done waiting.
 func TestExternalSecretWaitsInNewDirectory(t *testing.T) {
+	t.Parallel()
 	d := openTest(t)
-	clk := &fixedClock{}
-	clk.sec.Store(t0)
+	clk := newClock(t0)
 	opts := Options{Nodes: 64, LastNode: 127, ExternalSecret: true}
-	a := clk.use(newSource(t, d, opts))
-	// A second process joins while the first waits.
-	var lb randflake.Lease
-	var errB error
-	a.sleep = func(ctx context.Context, dur time.Duration) error {
-		b, _ := reopen(t, d.path, t0+1, Options{Nodes: 64, LastNode: 127})
-		lb, errB = b.Acquire(context.Background())
-		return clk.sleep(ctx, dur)
+	a := newSource(t, d, clk.on(opts))
+	// A second process, on the directory's own secret, joins while the
+	// first waits.
+	type result struct {
+		l   randflake.Lease
+		err error
 	}
-	l, err := a.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := int64(t0 + 11); l.Start < want {
+	joined := make(chan result, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		b, _ := reopen(t, d.path, t0, Options{Nodes: 64, LastNode: 127})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		l, err := b.Acquire(ctx)
+		joined <- result{l, err}
+	}()
+	l, _ := acquire(t, a)
+	if want := t0 + unknownWait; l.Start < want {
 		t.Errorf("external secret, empty directory: lease starts at %d, want >= %d", l.Start, want)
 	}
-	if errB != nil || lb.Start < t0+11 || lb.FirstNode == l.FirstNode {
-		t.Errorf("second process: %v, %v; want other node IDs from >= %d", lb, errB, t0+11)
+	b := <-joined
+	if b.err != nil || b.l.Start < t0+unknownWait || b.l.FirstNode == l.FirstNode {
+		t.Errorf("second process: %v, %v; want other node IDs from >= %d", b.l, b.err, t0+unknownWait)
 	}
 }
 
-// Seconds outside the lifetime of Randflake IDs: an edited file fails its
-// checksum and is waited out; a forged one with a valid checksum is
-// refused; neither is issued on at once, and no file is rewritten into a
-// state later starts refuse.
-func TestOutOfRangeSecondsRefused(t *testing.T) {
-	for _, until := range []string{"9223372036854775807", "9223372036854775806", "-1", "0", fmt.Sprint(int64(randflake.MaxTimestamp) + 1)} {
-		body := stateHeader + "\nhistory own\nunrecorded " + fmt.Sprint(int64(randflake.Epoch)) + "\n0 " + fmt.Sprint(t0) + " " + until + "\n"
-		t.Run("forged "+until, func(t *testing.T) {
+// A state file that passes its checksum but holds values this package
+// never writes is refused at once with ErrCorruptState, naming the file,
+// and left as it is.
+func TestForgedStateRefused(t *testing.T) {
+	t.Parallel()
+	header := stateHeader + "\ngeneration 1\nhistory own\n"
+	for name, body := range map[string]string{
+		"negative generation":      stateHeader + "\ngeneration -1\nhistory own\n",
+		"generation not a number":  stateHeader + "\ngeneration x\nhistory own\n",
+		"generation overflowing":   stateHeader + "\ngeneration 9223372036854775808\nhistory own\n",
+		"generation with a sign":   stateHeader + "\ngeneration +1\nhistory own\n",
+		"no generation":            stateHeader + "\nhistory own\n",
+		"no history":               stateHeader + "\ngeneration 1\n",
+		"history of no one":        stateHeader + "\ngeneration 1\nhistory mine\n",
+		"a record off its block":   header + "record 65 x\n",
+		"a record past the nodes":  header + "record 131072 x\n",
+		"a negative record":        header + "record -64 x\n",
+		"a record twice":           header + "record 0 x\nrecord 0 y\n",
+		"a marker twice":           header + "marker x\nmarker y\n",
+		"a generation twice":       header + "generation 2\n",
+		"an unknown line":          header + "unrecorded 1750000000\n",
+		"fresh with a marker":      header + "fresh\nmarker x\n",
+		"fresh with records":       header + "fresh\nrecord 0 x\n",
+		"fresh with an argument":   header + "fresh yes\n",
+		"a record without a value": header + "record 0\n",
+	} {
+		t.Run(name, func(t *testing.T) {
 			d := openTest(t)
-			os.WriteFile(d.statePath(), []byte(body+sumLine(body)), 0o600)
-			clk := &fixedClock{}
-			clk.sec.Store(t0 + 1)
-			s := clk.use(newSource(t, d, Options{Nodes: 64, LastNode: 63}))
-			if l, err := s.Acquire(context.Background()); !errors.Is(err, ErrCorruptState) {
-				t.Errorf("Acquire: %v, %v; want ErrCorruptState", l, err)
-			}
-		})
-		t.Run("edited "+until, func(t *testing.T) {
-			d := openTest(t)
-			os.WriteFile(d.statePath(), []byte(body+"sum 00\n"), 0o600)
-			clk := &fixedClock{}
-			clk.sec.Store(t0 + 1)
-			s := clk.use(newSource(t, d, Options{Nodes: 64, LastNode: 63}))
-			l, err := s.Acquire(context.Background())
-			if err != nil || l.Start < t0+12 || l.Start > randflake.MaxTimestamp {
-				t.Errorf("Acquire: %v, %v; want a lease after the horizon", l, err)
-			}
-			data, _ := os.ReadFile(d.statePath())
-			if _, err := parseState(data); err != nil {
-				t.Errorf("rewritten state refused: %v", err)
+			data := withSum(body)
+			writeState(t, d.path, data)
+			clk := newClock(t0 + 1)
+			s := newSource(t, d, clk.on(Options{Nodes: 64, LastNode: 63}))
+			expectRefusal(t, name, d.statePath(), "impossible values", func() error {
+				l, err := s.Acquire(context.Background())
+				if err == nil {
+					return fmt.Errorf("accepted: lease %v", l)
+				}
+				if !errors.Is(err, ErrCorruptState) {
+					return fmt.Errorf("%w (not ErrCorruptState)", err)
+				}
+				return err
+			})
+			if got := readState(t, d.path); string(got) != string(data) {
+				t.Errorf("the forged file was rewritten:\n%s", got)
 			}
 		})
 	}
-	// A block used up to the last second of the lifetime is never handed
-	// out again, and the directory says so.
-	body := stateHeader + "\nhistory own\nunrecorded " + fmt.Sprint(int64(randflake.Epoch)) + "\n0 " + fmt.Sprint(t0) + " " + fmt.Sprint(int64(randflake.MaxTimestamp)) + "\n"
+}
+
+// A block used up to the last second of the lifetime is never handed out
+// again; a clock outside the lifetime is refused.
+func TestLifetimeBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
 	d := openTest(t)
-	os.WriteFile(d.statePath(), []byte(body+sumLine(body)), 0o600)
-	clk := &fixedClock{}
-	clk.sec.Store(t0 + 1)
-	s := clk.use(newSource(t, d, Options{Nodes: 64, LastNode: 127}))
-	if l, err := s.Acquire(context.Background()); err != nil || l.FirstNode != 64 {
-		t.Errorf("with block 0 used up: %v, %v; want block 1", l, err)
+	end := newClock(randflake.MaxTimestamp - 5)
+	a := newSource(t, d, end.on(Options{Nodes: 64, LastNode: 127}))
+	la, _ := acquire(t, a)
+	if la.FirstNode != 0 || la.End != randflake.MaxTimestamp {
+		t.Fatalf("lease %v, want block 0 to the last second", la)
 	}
-	s2 := clk.use(newSource(t, d, Options{Nodes: 64, LastNode: 127}))
-	if _, err := s2.Acquire(context.Background()); !errors.Is(err, ErrNoFreeNodes) {
+	if err := a.Release(ctx, la, la.End); err != nil {
+		t.Fatal(err)
+	}
+	b := newSource(t, d, end.on(Options{Nodes: 64, LastNode: 127}))
+	if l, _ := acquire(t, b); l.FirstNode != 64 {
+		t.Errorf("with block 0 used up: %v; want block 1", l)
+	}
+	c := newSource(t, d, end.on(Options{Nodes: 64, LastNode: 127}))
+	if _, err := c.Acquire(ctx); !errors.Is(err, ErrNoFreeNodes) {
 		t.Errorf("with block 0 used up and block 1 held: %v, want ErrNoFreeNodes", err)
 	}
-	// A clock outside the lifetime is refused.
-	clk.sec.Store(randflake.Epoch - 1)
-	s3 := clk.use(newSource(t, openTest(t), Options{Nodes: 64}))
-	if _, err := s3.Acquire(context.Background()); err == nil || !strings.Contains(err.Error(), "lifetime") {
+	early := newClock(randflake.Epoch - 1)
+	e := newSource(t, openTest(t), early.on(Options{Nodes: 64}))
+	if _, err := e.Acquire(ctx); err == nil || !strings.Contains(err.Error(), "lifetime") {
 		t.Errorf("clock before the epoch: %v", err)
 	}
+}
+
+var unknownField = regexp.MustCompile(`(?m)^marker rfm1 .* unknown=(\d+) `)
+
+// markedUnknown returns the second up to which the state's marker says the
+// history is unknown (a field of the engine's marker, which is readable
+// text).
+func markedUnknown(t *testing.T, dir string) int64 {
+	t.Helper()
+	m := unknownField.FindSubmatch(readState(t, dir))
+	if m == nil {
+		t.Fatalf("no marker in\n%s", readState(t, dir))
+	}
+	return must(strconv.ParseInt(string(m[1]), 10, 64))
 }
 
 // Waiting costs nothing: a process stopped (or restarted) while it waits
 // for its lease to start has extended no promise, so the next one starts
 // at the same second, not Horizon later.
 func TestWaitExtendsNoPromise(t *testing.T) {
-	path, promise := used(t)
-	os.Remove(filepath.Join(path, "state"))
-	var starts []int64
+	t.Parallel()
+	path, promise, _ := used(t)
+	must(0, os.Remove(filepath.Join(path, "state")))
+	var unknown []int64
 	for i := 0; i < 3; i++ {
-		s, _ := reopen(t, path, t0+4, Options{Nodes: 1024, LastNode: 1023})
-		ctx, cancel := context.WithCancel(context.Background())
-		s.sleep = func(context.Context, time.Duration) error { cancel(); return ctx.Err() } // SIGTERM during the wait
-		if _, err := s.Acquire(ctx); !errors.Is(err, context.Canceled) {
+		s, _ := reopen(t, path, t0+4+int64(i), Options{Nodes: 1024, LastNode: 1023})
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond) // SIGTERM during the wait
+		_, err := s.Acquire(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("restart %d: Acquire: %v, want the cancellation", i, err)
 		}
-		st, _ := parseState(must(os.ReadFile(filepath.Join(path, "state"))))
-		starts = append(starts, st.until(0)+1)
+		unknown = append(unknown, markedUnknown(t, path))
 	}
-	s, _ := reopen(t, path, t0+4, Options{Nodes: 1024, LastNode: 1023})
-	l, err := s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, st := range starts {
-		if st != l.Start {
-			t.Errorf("restart %d during the wait moved the start to %d; the final lease starts at %d", i, st, l.Start)
+	s, _ := reopen(t, path, t0+6, Options{Nodes: 1024, LastNode: 1023})
+	l, _ := acquire(t, s)
+	for i, u := range unknown {
+		if u+1 != l.Start {
+			t.Errorf("restart %d during the wait moved the start to %d; the final lease starts at %d", i, u+1, l.Start)
 		}
 	}
 	if l.Start <= promise {
@@ -297,26 +425,83 @@ func must[T any](v T, err error) T {
 // from outside waits once; after that the state says so and the others on
 // that secret do not.
 func TestNewDirectoryHistory(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "state")
-	noWait := func(ctx context.Context, d time.Duration) error {
-		t.Errorf("waited %v", d)
-		return nil
-	}
+	var holders []*Source
 	for i := 0; i < 3; i++ {
-		s, _ := reopen(t, path, t0, Options{Nodes: 64, LastNode: 1023})
-		s.sleep = noWait
-		if l, err := s.Acquire(context.Background()); err != nil || l.Start > t0 {
-			t.Errorf("process %d on the directory's own secret: %v, %v; want a lease from now", i, l, err)
+		s, clk := reopen(t, path, t0, Options{Nodes: 64, LastNode: 1023})
+		if l, took := acquire(t, s); l.Start > clk.sec() || took > 5*time.Second {
+			t.Errorf("process %d on the directory's own secret: %v after %v; want a lease from now", i, l, took)
 		}
+		holders = append(holders, s)
+	}
+	defer runtime.KeepAlive(holders) // they hold their blocks to the end
+	if st, err := parseState(readState(t, path)); err != nil || st.external || st.fresh {
+		t.Errorf("state after claims on the own secret: %+v, %v; want history own, not fresh", st, err)
 	}
 	ext, clk := reopen(t, path, t0, Options{Nodes: 64, LastNode: 1023, ExternalSecret: true})
-	l, err := ext.Acquire(context.Background())
-	if err != nil || l.Start < t0+11 {
-		t.Errorf("first process on an outside secret: %v, %v; want a wait", l, err)
+	l, took := acquire(t, ext)
+	if l.Start < t0+unknownWait {
+		t.Errorf("first process on an outside secret: %v after %v; want a wait", l, took)
 	}
-	ext2, _ := reopen(t, path, clk.sec.Load(), Options{Nodes: 64, LastNode: 1023, ExternalSecret: true})
-	ext2.sleep = noWait
-	if l, err := ext2.Acquire(context.Background()); err != nil {
-		t.Errorf("second process on the outside secret: %v, %v; want no wait", l, err)
+	if st, err := parseState(readState(t, path)); err != nil || !st.external {
+		t.Errorf("state after the outside secret's wait: %+v, %v; want history external", st, err)
 	}
+	ext2, clk2 := reopen(t, path, clk.sec(), Options{Nodes: 64, LastNode: 1023, ExternalSecret: true})
+	if l, took := acquire(t, ext2); l.Start > clk2.sec() || took > 5*time.Second {
+		t.Errorf("second process on the outside secret: %v after %v; want no wait", l, took)
+	}
+	own, clk3 := reopen(t, path, clk.sec(), Options{Nodes: 64, LastNode: 1023})
+	if l, took := acquire(t, own); l.Start > clk3.sec() || took > 5*time.Second {
+		t.Errorf("a process on the own secret after that: %v after %v; want no wait", l, took)
+	}
+}
+
+// A state file put back from an older copy under a running holder: its
+// next renewal finds the generation gone back, drops the lease
+// (ErrLeaseLost, ErrHistoryRolledBack) and marks the history unknown, so
+// the next process waits out the horizon.
+func TestRollbackUnderHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := openTest(t)
+	clk := newClock(time.Now().Unix())
+	opts := clk.on(Options{Nodes: 64, LastNode: 127})
+	a := newSource(t, d, opts)
+	l, _ := acquire(t, a)
+	older := readState(t, d.path)
+	clk.add(1)
+	if l2, err := a.Renew(ctx, l); err != nil || l2.End <= l.End {
+		t.Fatalf("Renew: %v, %v", l2, err)
+	} else {
+		l = l2
+	}
+	writeState(t, d.path, older)
+	clk.add(1)
+	_, err := a.Renew(ctx, l)
+	if !errors.Is(err, randflake.ErrLeaseLost) || !errors.Is(err, ErrHistoryRolledBack) {
+		t.Fatalf("Renew after the rollback: %v; want ErrLeaseLost and ErrHistoryRolledBack", err)
+	}
+	b := newSource(t, d, opts)
+	before := clk.sec()
+	lb, took := acquire(t, b)
+	if lb.Start < before+unknownWait-1 || lb.Start <= l.End {
+		t.Errorf("after the rollback: %v after %v; want a wait of the horizon from %d (the holder promised %d)", lb, took, before, l.End)
+	}
+	t.Logf("the holder lost its lease at once; the next process waited %v", took.Round(100*time.Millisecond))
+}
+
+// A directory used with another node range is refused, not guessed at.
+func TestOtherRangeRefused(t *testing.T) {
+	t.Parallel()
+	d := openTest(t)
+	a := newSource(t, d, Options{Nodes: 64, LastNode: 127})
+	acquire(t, a)
+	b := newSource(t, d, Options{Nodes: 64, FirstNode: 128, LastNode: 255})
+	if l, err := b.Acquire(context.Background()); !errors.Is(err, ErrFleetMismatch) {
+		t.Errorf("another range on the same directory: %v, %v; want ErrFleetMismatch", l, err)
+	}
+	// Another claim size within the same range is fine.
+	c := newSource(t, d, Options{Nodes: 64, LastNode: 127})
+	acquire(t, c)
 }

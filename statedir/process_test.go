@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -315,66 +316,128 @@ func TestProcessKilledTakeover(t *testing.T) {
 	t.Logf("%d IDs, no duplicate; %.1fs from the SIGKILL to the end", len(seen), time.Since(killedAt).Seconds())
 }
 
-// A busy process is SIGKILLed in the middle of a second, its state is lost
-// or damaged, and a new process starts at once on the same node IDs: it
-// waits out the horizon instead of reissuing the dead process's IDs.
+// countDuplicates adds ids to seen and returns how many were there
+// already.
+func countDuplicates(seen map[int64]string, name string, ids []int64) int {
+	dups := 0
+	for _, id := range ids {
+		if _, dup := seen[id]; dup {
+			dups++
+			continue
+		}
+		seen[id] = name
+	}
+	return dups
+}
+
+// A busy process is SIGKILLed in the middle of a second, its state is
+// lost, damaged or rolled back, and a new process starts at once on the
+// same node IDs: it waits out the horizon instead of reissuing the dead
+// process's IDs.
 func TestKilledThenStateLost(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	damages := map[string]func(path string) error{
-		"deleted": os.Remove,
-		"header only": func(path string) error {
-			return os.WriteFile(path, []byte(stateHeader+"\n"), 0o600)
-		},
-		"cut in the first record": func(path string) error {
+	// Each fault gets the directory and a copy of the state file taken
+	// while the killed process was running.
+	faults := []struct {
+		name  string
+		fault func(dir string, older []byte) error
+	}{
+		{"state deleted", func(dir string, _ []byte) error {
+			return os.Remove(filepath.Join(dir, "state"))
+		}},
+		{"state and blocks/ deleted", func(dir string, _ []byte) error {
+			if err := os.Remove(filepath.Join(dir, "state")); err != nil {
+				return err
+			}
+			return os.RemoveAll(filepath.Join(dir, "blocks"))
+		}},
+		{"header only", func(dir string, _ []byte) error {
+			return os.WriteFile(filepath.Join(dir, "state"), []byte(stateHeader+"\n"), 0o600)
+		}},
+		{"cut in the first record", func(dir string, _ []byte) error {
+			path := filepath.Join(dir, "state")
 			data, err := os.ReadFile(path)
 			if err != nil {
 				return err
 			}
-			i := strings.Index(string(data), "\n0 ")
-			return os.WriteFile(path, data[:i+4], 0o600)
-		},
-		"records repeated": func(path string) error {
-			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			i := strings.Index(string(data), "\nrecord 0 ")
+			if i < 0 {
+				return fmt.Errorf("no record of block 0 in\n%s", data)
+			}
+			return os.WriteFile(path, data[:i+20], 0o600)
+		}},
+		{"records repeated", func(dir string, _ []byte) error {
+			path := filepath.Join(dir, "state")
+			data, err := os.ReadFile(path)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			_, err = fmt.Fprintf(f, "0 %d %d\n0 %d %d\n", randflake.Epoch, randflake.Epoch, randflake.Epoch, randflake.Epoch)
-			return err
-		},
+			line := regexp.MustCompile(`(?m)^record 0 .*\n`).Find(data)
+			if line == nil {
+				return fmt.Errorf("no record of block 0 in\n%s", data)
+			}
+			return os.WriteFile(path, append(append(data, line...), line...), 0o600)
+		}},
+		{"an older state copied back", func(dir string, older []byte) error {
+			return os.WriteFile(filepath.Join(dir, "state"), older, 0o600)
+		}},
+		{"an older state copied back, blocks/ deleted", func(dir string, older []byte) error {
+			if err := os.WriteFile(filepath.Join(dir, "state"), older, 0o600); err != nil {
+				return err
+			}
+			return os.RemoveAll(filepath.Join(dir, "blocks"))
+		}},
 	}
-	for name, damage := range damages {
-		t.Run(name, func(t *testing.T) {
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
 			dir := filepath.Join(t.TempDir(), "state")
 			c := cipherOf(t, dir)
 			first := startHelper(t, dir, 63, "kill")
 			l1 := first.waitLease(t)
-			// Let it issue for a while, then kill it half-way through a second.
-			time.Sleep(1500 * time.Millisecond)
+			// Let it issue for a while, keeping a copy of the state it
+			// wrote early on, then kill it half-way through a second.
+			time.Sleep(300 * time.Millisecond)
+			older, err := os.ReadFile(filepath.Join(dir, "state"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(1200 * time.Millisecond)
 			now := time.Now()
 			time.Sleep(now.Truncate(time.Second).Add(1500 * time.Millisecond).Sub(now))
 			if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			first.wait(t)
-			if err := damage(filepath.Join(dir, "state")); err != nil {
+			killedAt := time.Now()
+			if err := f.fault(dir, older); err != nil {
 				t.Fatal(err)
 			}
 			second := startHelper(t, dir, 63, "1500ms")
 			l2 := second.waitLease(t)
+			waited := time.Since(killedAt)
 			if code := second.wait(t); code != 0 {
 				t.Fatalf("second process exited with %d", code)
 			}
+			ids1, ids2 := first.ids(t), second.ids(t)
 			seen := map[int64]string{}
-			_, max1 := stats(t, "the killed process", c, seen, first.ids(t), l1)
-			min2, _ := stats(t, "the process after the loss", c, seen, second.ids(t), l2)
-			if min2 <= max1 {
-				t.Fatalf("after the state was %s, the new process issued second %d on the killed one's node IDs, which used seconds up to %d", name, min2, max1)
+			dups := countDuplicates(seen, "the killed process", ids1) + countDuplicates(seen, "the process after the fault", ids2)
+			if dups > 0 {
+				t.Errorf("%d duplicate IDs among %d", dups, len(ids1)+len(ids2))
 			}
-			t.Logf("%d IDs, no duplicate; the new process started %ds after the killed one's last second", len(seen), min2-max1)
+			_, max1 := stats(t, "the killed process", c, map[int64]string{}, ids1, l1)
+			min2, _ := stats(t, "the process after the fault", c, map[int64]string{}, ids2, l2)
+			if l2.FirstNode != l1.FirstNode {
+				t.Fatalf("the successor got %v, not the killed process's node IDs %v", l2, l1)
+			}
+			if min2 <= max1 {
+				t.Fatalf("after the fault (%s), the new process issued second %d on the killed one's node IDs, which used seconds up to %d", f.name, min2, max1)
+			}
+			t.Logf("%s: %d IDs (%d before the SIGKILL, %d after), %d duplicates; the successor's lease came %.1fs after the SIGKILL, its first second %ds after the killed one's last",
+				f.name, len(ids1)+len(ids2), len(ids1), len(ids2), dups, waited.Seconds(), min2-max1)
 		})
 	}
 }

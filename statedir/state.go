@@ -9,79 +9,63 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/randflake/randflake"
 )
 
-// The state file records, per block of node IDs, the newest second any ID
-// on it may carry. It is self-checking, so that a truncated, edited or
-// partly lost file is never read as "free":
+// The state file holds what the lease engine (randflake.BlockSource)
+// keeps in the directory, in a frame of the directory's own:
 //
-//	randflake statedir 2
+//	randflake statedir 3
 //	# comments
-//	history own|external   whose IDs the history is complete for: the
-//	                       directory's own secret, or a secret from outside
-//	unrecorded UNTIL       no ID on a block without a line carries a later second
-//	BLOCK AT UNTIL         one line per block, each block at most once
-//	sum HEX                SHA-256 of every byte before this line
+//	generation N         the write that made the file (see generation.go)
+//	history own|external whose IDs the history is complete for: the
+//	                     directory's own secret only, or secrets from
+//	                     outside too (someone waited out what came before)
+//	fresh                only in a file no fleet marker was written to yet
+//	marker BYTES         the engine's fleet marker, as it gave it
+//	record FIRST BYTES   the engine's record of the block from node FIRST
+//	sum HEX              SHA-256 of every byte before this line
 //
-// AT is the newest clock reading written with the block (a clock found
-// behind it at start-up stepped back). Every second lies in
-// [randflake.Epoch, randflake.MaxTimestamp].
+// The marker and the records are the engine's, stored verbatim and signed
+// by it under a key derived from the directory's secret; the frame only
+// says which block each record belongs to. The checksum guards against torn
+// writes and careless edits: a file that fails it, or is of an older
+// version, is read as holding no history at all (no marker, no records,
+// not fresh), which the engine waits out. A file that passes it but holds
+// values this package never writes is refused (ErrCorruptState).
 const (
-	stateHeader    = "randflake statedir 2"
-	stateHeaderOld = "randflake statedir 1"
-	maxStateFile   = 1 << 20
+	stateHeader = "randflake statedir 3"
+	// Older formats, read as unknown history.
+	stateHeaderV2 = "randflake statedir 2"
+	stateHeaderV1 = "randflake statedir 1"
+	maxStateFile  = 1 << 20
+	// maxStoredValue bounds a record or the marker.
+	maxStoredValue = 4096
 )
 
 // ErrCorruptState: the state file passes its checksum but holds values
-// this package never writes (a second outside the lifetime of Randflake
-// IDs, a block twice or out of range). Someone forged it; nothing is
-// issued until a person looks.
+// this package never writes (a block twice or out of range, a malformed
+// line). Someone forged it; nothing is issued until a person looks.
 var ErrCorruptState = errors.New("statedir: the state file is well-formed but holds impossible values (forged?)")
 
 // errUnverified: the state file cannot be trusted (no checksum, a wrong
-// one, truncated, malformed); its history is unknown.
-var errUnverified = errors.New("state file fails its check")
-
-// record is the state of one block.
-type record struct {
-	at    int64 // the newest clock reading written with it
-	until int64 // no ID on the block carries a later second
-}
+// one, truncated, malformed, an older version); its history is unknown.
+var errUnverified = errors.New("the state file fails its check")
 
 // state is the content of the state file.
 type state struct {
-	// unrecorded bounds the seconds of blocks without a record: after the
-	// file was lost or found corrupt, the longest any earlier holder can
-	// have promised; randflake.Epoch in a directory whose history is
-	// complete.
-	unrecorded int64
-	// external: the history is complete for a secret from outside the
-	// directory (someone waited out what came before); otherwise only for
-	// the directory's own secret.
+	generation int64
+	// external: the history is complete for secrets from outside the
+	// directory too; otherwise only for the directory's own secret.
 	external bool
-	recs     map[int]record
-}
-
-// until returns the newest second block b may have been used in.
-func (st *state) until(b int) int64 {
-	if r, ok := st.recs[b]; ok {
-		return max(r.until, st.unrecorded)
-	}
-	return st.unrecorded
-}
-
-// newest returns the newest clock reading recorded.
-func (st *state) newest() int64 {
-	var n int64
-	for _, r := range st.recs {
-		n = max(n, r.at)
-	}
-	return n
+	// fresh: written by Open with a new secret, and no marker since.
+	fresh   bool
+	marker  []byte           // nil: none
+	records map[int64][]byte // by first node ID
 }
 
 func (d *Dir) statePath() string { return filepath.Join(d.path, "state") }
@@ -111,13 +95,14 @@ func (d *Dir) readStateFile() ([]byte, error) {
 // errUnverified; one that passes it but holds impossible values wraps
 // ErrCorruptState.
 func parseState(data []byte) (state, error) {
-	st := state{recs: map[int]record{}}
+	st := state{records: map[int64][]byte{}}
 	text := string(data)
 	first, _, _ := strings.Cut(text, "\n")
-	if first == stateHeaderOld {
-		return st, fmt.Errorf("%w: written by an older version, without a checksum", errUnverified)
-	}
-	if first != stateHeader {
+	switch first {
+	case stateHeader:
+	case stateHeaderV2, stateHeaderV1:
+		return st, fmt.Errorf("%w: written by an older version (%s)", errUnverified, first)
+	default:
 		return st, fmt.Errorf("%w: not a state file (first line %.40q)", errUnverified, first)
 	}
 	body, sumLine, ok := cutLastLine(text)
@@ -125,46 +110,67 @@ func parseState(data []byte) (state, error) {
 	if !ok || sumLine != "sum "+hex.EncodeToString(sum[:]) {
 		return st, fmt.Errorf("%w: truncated or edited (checksum)", errUnverified)
 	}
-	seenUnrecorded, seenHistory := false, false
+	seen := map[string]bool{}
 	for n, line := range strings.Split(body, "\n")[1:] {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == "history" && !seenHistory && (f[1] == "own" || f[1] == "external") {
-			st.external, seenHistory = f[1] == "external", true
-			continue
+		key, rest, _ := strings.Cut(line, " ")
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: line %d: %s", ErrCorruptState, n+2, fmt.Sprintf(format, args...))
 		}
-		if len(f) == 2 && f[0] == "unrecorded" && !seenUnrecorded {
-			v, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil || !inLifetime(v) {
-				return st, fmt.Errorf("%w: line %d: unrecorded second %q outside %d-%d", ErrCorruptState, n+2, f[1], int64(randflake.Epoch), int64(randflake.MaxTimestamp))
+		if key != "record" {
+			if seen[key] {
+				return st, bad("%q twice", key)
 			}
-			st.unrecorded, seenUnrecorded = v, true
-			continue
+			seen[key] = true
 		}
-		var v [3]int64
-		ok := len(f) == 3
-		for i := 0; ok && i < 3; i++ {
-			var err error
-			v[i], err = strconv.ParseInt(f[i], 10, 64)
-			ok = err == nil
+		switch key {
+		case "generation":
+			g, err := strconv.ParseInt(rest, 10, 64)
+			if err != nil || g < 0 || rest != strconv.FormatInt(g, 10) {
+				return st, bad("generation %.30q", rest)
+			}
+			st.generation = g
+		case "history":
+			if rest != "own" && rest != "external" {
+				return st, bad("history %.30q", rest)
+			}
+			st.external = rest == "external"
+		case "fresh":
+			if rest != "" {
+				return st, bad("malformed %.60q", line)
+			}
+			st.fresh = true
+		case "marker":
+			if len(rest) > maxStoredValue {
+				return st, bad("a marker of %d bytes", len(rest))
+			}
+			st.marker = []byte(rest)
+		case "record":
+			num, raw, ok := strings.Cut(rest, " ")
+			f, err := strconv.ParseInt(num, 10, 64)
+			switch {
+			case !ok || err != nil || num != strconv.FormatInt(f, 10):
+				return st, bad("malformed %.60q", line)
+			case f < 0 || f > randflake.MaxNode || f%BlockSize != 0:
+				return st, bad("no block starts at node %d", f)
+			case len(raw) > maxStoredValue:
+				return st, bad("a record of %d bytes", len(raw))
+			}
+			if _, dup := st.records[f]; dup {
+				return st, bad("block %d recorded twice", f)
+			}
+			st.records[f] = []byte(raw)
+		default:
+			return st, bad("malformed %.60q", line)
 		}
-		switch {
-		case !ok:
-			return st, fmt.Errorf("%w: line %d: malformed %.60q", ErrCorruptState, n+2, line)
-		case v[0] < 0 || v[0] > randflake.MaxNode/BlockSize:
-			return st, fmt.Errorf("%w: line %d: no block %d", ErrCorruptState, n+2, v[0])
-		case !inLifetime(v[1]) || !inLifetime(v[2]):
-			return st, fmt.Errorf("%w: line %d: block %d: second outside %d-%d", ErrCorruptState, n+2, v[0], int64(randflake.Epoch), int64(randflake.MaxTimestamp))
-		}
-		if _, dup := st.recs[int(v[0])]; dup {
-			return st, fmt.Errorf("%w: line %d: block %d recorded twice", ErrCorruptState, n+2, v[0])
-		}
-		st.recs[int(v[0])] = record{at: v[1], until: v[2]}
 	}
-	if !seenUnrecorded || !seenHistory {
-		return st, fmt.Errorf("%w: no unrecorded or history line", ErrCorruptState)
+	switch {
+	case !seen["generation"] || !seen["history"]:
+		return st, fmt.Errorf("%w: no generation or history line", ErrCorruptState)
+	case st.fresh && (st.marker != nil || len(st.records) > 0):
+		return st, fmt.Errorf("%w: a fresh state with history in it", ErrCorruptState)
 	}
 	return st, nil
 }
@@ -182,44 +188,64 @@ func cutLastLine(text string) (body, last string, ok bool) {
 	return text[:i+1], text[i+1 : len(text)-1], true
 }
 
+// checkStored checks that raw can be stored as the rest of a line, so
+// that the file reads back exactly what was written.
+func checkStored(what string, raw []byte) error {
+	if len(raw) > maxStoredValue || bytes.IndexByte(raw, '\n') >= 0 {
+		return fmt.Errorf("statedir: %s of %d bytes cannot be stored: at most %d bytes on one line", what, len(raw), maxStoredValue)
+	}
+	return nil
+}
+
+// formatState writes st in the state file's format. It refuses what
+// parseState would refuse, so the file is never rewritten into a state
+// that later starts refuse.
+func formatState(st state) ([]byte, error) {
+	if st.generation < 0 || (st.fresh && (st.marker != nil || len(st.records) > 0)) {
+		return nil, fmt.Errorf("statedir: internal error: state generation %d, fresh %v with history", st.generation, st.fresh)
+	}
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "%s\n"+
+		"# The node-ID claims of this directory's processes. \"marker\" and \"record\"\n"+
+		"# lines are the lease engine's, signed under a key derived from the secret:\n"+
+		"# \"record FIRST ...\" bounds the seconds of node IDs FIRST to FIRST+%d.\n"+
+		"# The last line is a checksum: a file edited by hand fails it, and then\n"+
+		"# every block's history counts as unknown and is waited out.\n"+
+		"generation %d\nhistory %s\n", stateHeader, BlockSize-1, st.generation, historyName(st.external))
+	if st.fresh {
+		buf.WriteString("fresh\n")
+	}
+	if st.marker != nil {
+		if err := checkStored("a marker", st.marker); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&buf, "marker %s\n", st.marker)
+	}
+	firsts := make([]int64, 0, len(st.records))
+	for f := range st.records {
+		firsts = append(firsts, f)
+	}
+	slices.Sort(firsts)
+	for _, f := range firsts {
+		raw := st.records[f]
+		if f < 0 || f > randflake.MaxNode || f%BlockSize != 0 {
+			return nil, fmt.Errorf("statedir: internal error: a record for node %d", f)
+		}
+		if err := checkStored("a record", raw); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&buf, "record %d %s\n", f, raw)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	fmt.Fprintf(&buf, "sum %s\n", hex.EncodeToString(sum[:]))
+	return buf.Bytes(), nil
+}
+
 func historyName(external bool) string {
 	if external {
 		return "external"
 	}
 	return "own"
-}
-
-func inLifetime(sec int64) bool {
-	return sec >= randflake.Epoch && sec <= randflake.MaxTimestamp
-}
-
-// formatState writes st in the state file's format. It refuses values
-// parseState would refuse, so the file is never rewritten into a state
-// that later starts refuse.
-func formatState(st state) ([]byte, error) {
-	if !inLifetime(st.unrecorded) {
-		return nil, fmt.Errorf("statedir: internal error: unrecorded second %d outside the lifetime", st.unrecorded)
-	}
-	blocks := make([]int, 0, len(st.recs))
-	for b, r := range st.recs {
-		if b < 0 || b > randflake.MaxNode/BlockSize || !inLifetime(r.at) || !inLifetime(r.until) {
-			return nil, fmt.Errorf("statedir: internal error: record %d %d %d out of range", b, r.at, r.until)
-		}
-		blocks = append(blocks, b)
-	}
-	sort.Ints(blocks)
-	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "%s\n# unrecorded UNTIL: no ID on a block without a line carries a second after UNTIL.\n"+
-		"# BLOCK AT UNTIL: no ID on node IDs %d*BLOCK to %d*BLOCK+%d carries a second after UNTIL\n"+
-		"# (Unix seconds); AT is the newest clock reading written. The last line is a\n"+
-		"# checksum: a file edited by hand fails it, and its history counts as unknown.\nhistory %s\nunrecorded %d\n",
-		stateHeader, BlockSize, BlockSize, BlockSize-1, historyName(st.external), st.unrecorded)
-	for _, b := range blocks {
-		fmt.Fprintf(&buf, "%d %d %d\n", b, st.recs[b].at, st.recs[b].until)
-	}
-	sum := sha256.Sum256(buf.Bytes())
-	fmt.Fprintf(&buf, "sum %s\n", hex.EncodeToString(sum[:]))
-	return buf.Bytes(), nil
 }
 
 // writeState replaces the state file durably.
@@ -229,4 +255,25 @@ func (d *Dir) writeState(st state) error {
 		return err
 	}
 	return writeDurably(d.statePath(), data)
+}
+
+// writeFresh writes the state of a directory whose secret was just made:
+// no marker, no records, fresh, at the next generation. Any state file
+// there was is of another secret's IDs, which cannot collide with the new
+// secret's.
+func (d *Dir) writeFresh(lock *os.File) error {
+	gen, err := readGeneration(lock)
+	if err != nil {
+		return err
+	}
+	next := gen + 1
+	if data, err := d.readStateFile(); err == nil {
+		if st, err := parseState(data); err == nil {
+			next = max(next, st.generation+1)
+		}
+	}
+	if err := writeGeneration(lock, next); err != nil {
+		return err
+	}
+	return d.writeState(state{generation: next, fresh: true, records: map[int64][]byte{}})
 }

@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +30,19 @@ func openTest(t *testing.T) *Dir {
 	return d
 }
 
+// The tests spend most of their time waiting out horizons in real time,
+// not computing: unless -test.parallel was given, let more of them wait
+// at once than there are processors.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "32")
+	}
+	os.Exit(m.Run())
+}
+
 // quiet is the tests' logger.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -43,24 +58,54 @@ func newSource(t *testing.T, d *Dir, opts Options) *Source {
 	return s
 }
 
-// fixedClock is a settable clock for Source.now.
-type fixedClock struct{ sec atomic.Int64 }
-
-func (c *fixedClock) now() time.Time { return time.Unix(c.sec.Load(), 0) }
-
-// sleep moves the clock on by d, rounded up to whole seconds.
-func (c *fixedClock) sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.sec.Add(int64((d + time.Second - 1) / time.Second))
-	return nil
+// testClock is a clock for the engine (Options.now): it runs with real
+// time from a chosen second, and jumps when the test says so. (The engine
+// sleeps in real time, so a clock that stood still would never let a wait
+// end.)
+type testClock struct {
+	anchor time.Time
+	base   int64
+	jump   atomic.Int64 // seconds
 }
 
-// use makes s run on the clock.
-func (c *fixedClock) use(s *Source) *Source {
-	s.now, s.sleep = c.now, c.sleep
-	return s
+func newClock(base int64) *testClock { return &testClock{anchor: time.Now(), base: base} }
+
+func (c *testClock) now() time.Time {
+	return time.Unix(c.base+c.jump.Load(), 0).Add(time.Since(c.anchor))
+}
+
+func (c *testClock) sec() int64 { return c.now().Unix() }
+
+// add makes the clock jump by sec seconds.
+func (c *testClock) add(sec int64) { c.jump.Add(sec) }
+
+// on returns opts with the clock as the engine's.
+func (c *testClock) on(opts Options) Options {
+	opts.now = c.now
+	return opts
+}
+
+// kill drops the source's claim as the kernel does when its process is
+// killed: the locks go, nothing is written. The source is not used again.
+func kill(t *testing.T, s *Source) {
+	t.Helper()
+	if s.store.held == nil {
+		t.Fatal("kill: the source holds no claim")
+	}
+	s.store.held.release()
+}
+
+// acquire acquires a lease and returns it with the real time it took.
+func acquire(t *testing.T, s *Source) (randflake.Lease, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	began := time.Now()
+	l, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return l, time.Since(began)
 }
 
 func TestOpenCreatesPrivateSecret(t *testing.T) {
@@ -206,9 +251,19 @@ func TestSourceOptions(t *testing.T) {
 	if s.nodes != DefaultNodes || s.first != 0 || s.last != randflake.MaxNode || s.horizon != 10 {
 		t.Errorf("defaults: %+v", s)
 	}
+	info := s.Store().Info()
+	if info.Name != "state directory "+d.Path() || info.EndFor != nil || info.Promise != DefaultHorizon || !info.Durable || info.MaxClockSkew != 0 {
+		t.Errorf("store info %+v", info)
+	}
+	if l := s.Store().Layout(); l != (randflake.BlockLayout{FirstNode: 0, LastNode: randflake.MaxNode, Size: BlockSize}) {
+		t.Errorf("layout %+v", l)
+	}
 	s = newSource(t, d, Options{Nodes: 65, Horizon: 1500 * time.Millisecond, FirstNode: 128, LastNode: 383})
-	if s.nodes != 128 || s.horizon != 2 {
-		t.Errorf("rounding: nodes %d, horizon %d", s.nodes, s.horizon)
+	if s.nodes != 128 || s.horizon != 2 || s.Store().Info().Promise != 2*time.Second {
+		t.Errorf("rounding: nodes %d, horizon %d, promise %v", s.nodes, s.horizon, s.Store().Info().Promise)
+	}
+	if l := s.Store().Layout(); l != (randflake.BlockLayout{FirstNode: 128, LastNode: 383, Size: BlockSize}) {
+		t.Errorf("layout %+v", l)
 	}
 	for _, o := range []Options{
 		{FirstNode: 1, LastNode: 63},
@@ -220,7 +275,24 @@ func TestSourceOptions(t *testing.T) {
 		{Horizon: -time.Second},
 	} {
 		if _, err := d.Source(o); err == nil {
-			t.Errorf("%+v accepted", o)
+			t.Errorf("Source(%+v) accepted", o)
+		}
+		if _, err := d.Store(o); err == nil {
+			t.Errorf("Store(%+v) accepted", o)
+		}
+	}
+}
+
+// The package's errors are the engine's, so errors.Is matches either.
+func TestErrorsAreTheEngines(t *testing.T) {
+	for _, c := range []struct{ ours, engine error }{
+		{ErrClockBehind, randflake.ErrClockBehind},
+		{ErrNoFreeNodes, randflake.ErrNoFreeNodes},
+		{ErrFleetMismatch, randflake.ErrFleetMismatch},
+		{ErrHistoryRolledBack, randflake.ErrHistoryRolledBack},
+	} {
+		if c.ours != c.engine {
+			t.Errorf("%v is not the engine's %v", c.ours, c.engine)
 		}
 	}
 }
@@ -282,45 +354,41 @@ func TestDisjointClaims(t *testing.T) {
 	}
 }
 
+const t0 = 1_750_000_000
+
 // A claimant taking over a crashed process's nodes starts after its
 // promise; one taking over released nodes starts after their last second.
 func TestTakeoverStartsAfterRecord(t *testing.T) {
+	t.Parallel()
 	d := openTest(t)
 	ctx := context.Background()
-	clk := &fixedClock{}
-	clk.sec.Store(1_750_000_000)
-	opts := Options{Nodes: 64, LastNode: 63, Horizon: 5 * time.Second}
-	a := clk.use(newSource(t, d, opts))
-	la, err := a.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
+	clk := newClock(t0)
+	opts := clk.on(Options{Nodes: 64, LastNode: 63, Horizon: 5 * time.Second})
+	a := newSource(t, d, opts)
+	before := clk.sec()
+	la, _ := acquire(t, a)
+	if la.Start != randflake.Epoch+1 || la.End < before+5 || la.End > clk.sec()+5 {
+		t.Errorf("first lease %+v, want a start at the epoch and an end 5s from now (%d)", la, before)
 	}
-	if la.Start != randflake.Epoch+1 || la.End != 1_750_000_005 {
-		t.Errorf("first lease %+v", la)
+	clk.add(3)
+	before = clk.sec()
+	la, err := a.Renew(ctx, la)
+	if err != nil || la.End < before+5 || la.End > clk.sec()+5 {
+		t.Fatalf("Renew: %+v, %v; want an end 5s from %d", la, err, before)
 	}
-	clk.sec.Add(3)
-	if la, err = a.Renew(ctx, la); err != nil || la.End != 1_750_000_008 {
-		t.Fatalf("Renew: %+v, %v", la, err)
-	}
-	// Crash: the kernel drops the locks, nothing is written.
-	closeAll(a.claim.files)
-	b := clk.use(newSource(t, d, opts))
-	lb, err := b.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kill(t, a)
+	clk.add(10) // past the promise: no wait
+	b := newSource(t, d, opts)
+	lb, _ := acquire(t, b)
 	if lb.Start != la.End+1 || lb.End < lb.Start {
 		t.Errorf("after a crash: %+v, want a start at %d", lb, la.End+1)
 	}
-	clk.sec.Add(10)
+	clk.add(10)
 	if err := b.Release(ctx, lb, lb.Start+4); err != nil {
 		t.Fatal(err)
 	}
-	c := clk.use(newSource(t, d, opts))
-	lc, err := c.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newSource(t, d, opts)
+	lc, _ := acquire(t, c)
 	if lc.Start != lb.Start+5 {
 		t.Errorf("after a release: start %d, want %d", lc.Start, lb.Start+5)
 	}
@@ -328,87 +396,168 @@ func TestTakeoverStartsAfterRecord(t *testing.T) {
 	if err := c.Release(ctx, lc, 0); err != nil {
 		t.Fatal(err)
 	}
-	if lc2, err := c.Acquire(ctx); err != nil || lc2.Start != lc.Start {
-		t.Errorf("after an unused lease: %+v, %v, want start %d", lc2, err, lc.Start)
+	if lc2, _ := acquire(t, c); lc2.Start != lc.Start {
+		t.Errorf("after an unused lease: %+v, want start %d", lc2, lc.Start)
 	}
+}
+
+// A claimant of a crashed process's only range, while its promise runs,
+// holds the range and waits for the promise to pass: in real time, as
+// long as the promise has left.
+func TestTakeoverWaitsForPromise(t *testing.T) {
+	t.Parallel()
+	d := openTest(t)
+	opts := Options{Nodes: 64, LastNode: 63, Horizon: time.Second}
+	a := newSource(t, d, opts)
+	la, _ := acquire(t, a)
+	kill(t, a)
+	b := newSource(t, d, opts)
+	before := time.Now()
+	lb, took := acquire(t, b)
+	if lb.Start != la.End+1 {
+		t.Errorf("lease %+v, want a start right after the dead holder's promise %d", lb, la.End)
+	}
+	if now := time.Now().Unix(); now < lb.Start {
+		t.Errorf("Acquire returned at second %d, before its lease's start %d", now, lb.Start)
+	}
+	if wantWait := time.Unix(la.End+1, 0).Sub(before); took < wantWait-50*time.Millisecond {
+		t.Errorf("waited %v, want about %v", took, wantWait)
+	}
+	t.Logf("waited %v for the dead holder's promise (horizon 1s)", took.Round(time.Millisecond))
 }
 
 // Free nodes whose record has passed are preferred to a crashed process's
 // nodes still under its promise.
 func TestPrefersNodesPastTheirRecord(t *testing.T) {
+	t.Parallel()
 	d := openTest(t)
-	ctx := context.Background()
-	clk := &fixedClock{}
-	clk.sec.Store(1_750_000_000)
-	opts := Options{Nodes: 64, LastNode: 127, Horizon: 10 * time.Second}
-	a := clk.use(newSource(t, d, opts))
-	la, err := a.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
+	clk := newClock(t0)
+	opts := clk.on(Options{Nodes: 64, LastNode: 127, Horizon: 10 * time.Second})
+	a := newSource(t, d, opts)
+	la, _ := acquire(t, a)
+	kill(t, a)
+	clk.add(2)
+	b := newSource(t, d, opts)
+	lb, took := acquire(t, b)
+	if lb.FirstNode == la.FirstNode || lb.Start > clk.sec() || took > 5*time.Second {
+		t.Errorf("took %+v after %v, want the other, unused range at once (crashed: %+v)", lb, took, la)
 	}
-	closeAll(a.claim.files) // crash
-	clk.sec.Add(2)
-	b := clk.use(newSource(t, d, opts))
-	lb, err := b.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lb.FirstNode == la.FirstNode || lb.Start > clk.sec.Load() {
-		t.Errorf("took %+v, want the other, unused range (crashed: %+v)", lb, la)
-	}
-	c := clk.use(newSource(t, d, opts))
-	lc, err := c.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clk.add(10)
+	c := newSource(t, d, opts)
+	lc, _ := acquire(t, c)
 	if lc.FirstNode != la.FirstNode || lc.Start != la.End+1 {
 		t.Errorf("took %+v, want the crashed range after %d", lc, la.End)
 	}
 }
 
-// A clock behind the state's newest record is refused.
+// A clock behind a block's record is refused that block: with no other
+// block free, Acquire fails with ErrClockBehind; with another free block,
+// it takes that one.
 func TestClockBehindRefused(t *testing.T) {
-	d := openTest(t)
+	t.Parallel()
 	ctx := context.Background()
-	clk := &fixedClock{}
-	clk.sec.Store(1_750_000_000)
-	opts := Options{Nodes: 64, LastNode: 127, Horizon: 5 * time.Second}
-	a := clk.use(newSource(t, d, opts))
-	la, err := a.Acquire(ctx)
-	if err != nil {
+	for _, last := range []int64{63, 127} {
+		d := openTest(t)
+		clk := newClock(t0)
+		opts := clk.on(Options{Nodes: 64, LastNode: last, Horizon: 5 * time.Second})
+		a := newSource(t, d, opts)
+		la, _ := acquire(t, a)
+		if err := a.Release(ctx, la, la.Start); err != nil {
+			t.Fatal(err)
+		}
+		clk.add(-2) // the machine restarts with its clock stepped back
+		l, err := a.Acquire(ctx)
+		switch {
+		case last == 63 && !errors.Is(err, ErrClockBehind):
+			t.Fatalf("one block, the clock stepped back: %v, %v; want ErrClockBehind", l, err)
+		case last == 127 && (err != nil || l.FirstNode != 64):
+			t.Fatalf("two blocks, the clock stepped back: %v, %v; want the block it never used", l, err)
+		case err == nil:
+			if err := a.Release(ctx, l, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.add(2)
+		if l, err := a.Acquire(ctx); err != nil || l.FirstNode != 0 {
+			t.Fatalf("Acquire once the clock caught up: %v, %v; want block 0 again", l, err)
+		}
+	}
+}
+
+// A holder whose clock jumped an hour ahead costs only the blocks it
+// touched: processes with the true clock take other blocks at once, and
+// only a process for which every free block carries such a record is
+// refused (ErrClockBehind). (With the directory-wide check of earlier
+// versions, every process on the directory was refused for the hour.)
+func TestClockAheadCostsOnlyItsBlocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := openTest(t)
+	ahead := newClock(time.Now().Unix() + 3600)
+	opts := Options{Nodes: 128, LastNode: 511}
+	// One holder an hour ahead claims blocks and is killed, another
+	// claims blocks and exits cleanly after issuing up to its end.
+	a1 := newSource(t, d, ahead.on(opts))
+	l1, _ := acquire(t, a1)
+	kill(t, a1)
+	a2 := newSource(t, d, ahead.on(opts))
+	l2, _ := acquire(t, a2)
+	if err := a2.Release(ctx, l2, l2.End); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Release(ctx, la, 1_750_000_000); err != nil {
-		t.Fatal(err)
+	touched := map[int64]bool{l1.FirstNode: true, l2.FirstNode: true}
+	var held []*Source
+	for i := range 2 {
+		b := newSource(t, d, opts)
+		lb, took := acquire(t, b)
+		now := time.Now().Unix()
+		if touched[lb.FirstNode] || lb.Start > now || took > 2*time.Second {
+			t.Fatalf("process %d on the true clock: lease %+v after %v; want untouched blocks from now (%d) at once; the clock ahead used %v and %v",
+				i, lb, took, now, l1, l2)
+		}
+		t.Logf("process %d on the true clock: %v at once (%v)", i, lb, took.Round(time.Millisecond))
+		held = append(held, b)
 	}
-	clk.sec.Add(-2) // the machine restarts with its clock stepped back
-	if _, err := a.Acquire(ctx); !errors.Is(err, ErrClockBehind) {
-		t.Fatalf("Acquire with the clock stepped back: %v, want ErrClockBehind", err)
+	// The free blocks now all carry the hour-ahead clock's records.
+	c := newSource(t, d, opts)
+	if l, err := c.Acquire(ctx); !errors.Is(err, ErrClockBehind) {
+		t.Fatalf("with only the clock ahead's blocks free: %v, %v; want ErrClockBehind", l, err)
 	}
-	clk.sec.Add(2)
-	if _, err := a.Acquire(ctx); err != nil {
-		t.Fatalf("Acquire once the clock caught up: %v", err)
+	runtime.KeepAlive(held) // their lock files stay open
+	// A clock past those records uses them, after their seconds.
+	later := newClock(time.Now().Unix() + 3600 + 60)
+	e := newSource(t, d, later.on(opts))
+	le, _ := acquire(t, e)
+	if !touched[le.FirstNode] || le.Start > later.sec() {
+		t.Errorf("a clock past the records: %v; want one of the blocks the clock ahead used", le)
+	}
+	if le.FirstNode == l2.FirstNode && le.Start != l2.End+1 || le.FirstNode == l1.FirstNode && le.Start != l1.End+1 {
+		t.Errorf("lease %v does not start right after the record (%v, %v)", le, l1, l2)
 	}
 }
 
 // Removing a lock file under a holder loses its lease rather than letting
 // a second process lock a new file for the same nodes.
 func TestTamperedLockFileLosesLease(t *testing.T) {
+	t.Parallel()
 	d := openTest(t)
 	ctx := context.Background()
-	s := newSource(t, d, Options{Nodes: 128, LastNode: 127})
-	l, err := s.Acquire(ctx)
-	if err != nil {
+	clk := newClock(t0)
+	s := newSource(t, d, clk.on(Options{Nodes: 128, LastNode: 127}))
+	l, _ := acquire(t, s)
+	if err := os.Remove(d.blockPath(64)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(d.blockPath(1)); err != nil {
-		t.Fatal(err)
-	}
+	clk.add(1)
 	if _, err := s.Renew(ctx, l); !errors.Is(err, randflake.ErrLeaseLost) {
 		t.Fatalf("Renew: %v, want ErrLeaseLost", err)
 	}
-	if _, err := s.Acquire(ctx); err != nil {
-		t.Fatalf("Acquire after the loss: %v", err)
+	if s.store.held != nil {
+		t.Error("the lost claim still holds its lock files")
+	}
+	clk.add(20)
+	if l2, _ := acquire(t, s); l2.Start <= l.End {
+		t.Errorf("after the loss: %v, want a start after the lost lease's promise %d", l2, l.End)
 	}
 }
 
@@ -421,7 +570,7 @@ func TestClaimReleaseCyclesDoNotLeak(t *testing.T) {
 	opts := Options{Nodes: 64, LastNode: 127}
 	const workers, cycles = 4, 300
 	var wg sync.WaitGroup
-	var busy atomic.Int64
+	var busy, behind atomic.Int64
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -429,7 +578,14 @@ func TestClaimReleaseCyclesDoNotLeak(t *testing.T) {
 			s := newSource(t, d, opts)
 			for i := 0; i < cycles; i++ {
 				l, err := s.Acquire(ctx)
-				if errors.Is(err, ErrNoFreeNodes) {
+				if errors.Is(err, ErrNoFreeNodes) || errors.Is(err, ErrClockBehind) {
+					// ErrClockBehind: the engine reads its clock before
+					// waiting for the directory's lock, so a worker that
+					// read it just before a second began finds the block
+					// another one released in that second "ahead" of it.
+					if errors.Is(err, ErrClockBehind) {
+						behind.Add(1)
+					}
 					busy.Add(1)
 					i--
 					time.Sleep(time.Millisecond)
@@ -464,7 +620,7 @@ func TestClaimReleaseCyclesDoNotLeak(t *testing.T) {
 	if len(entries) != 2 {
 		t.Errorf("%d lock files, want 2", len(entries))
 	}
-	t.Logf("%d cycles, %d refusals while 4 workers shared 2 ranges", workers*cycles, busy.Load())
+	t.Logf("%d cycles, %d refusals (%d of them ErrClockBehind) while 4 workers shared 2 ranges", workers*cycles, busy.Load(), behind.Load())
 }
 
 // NewLeased on a state directory: a restarted generator starts after its
@@ -473,7 +629,7 @@ func TestNewLeasedRestart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "state")
 	ctx := context.Background()
-	opts := Options{Nodes: 64, LastNode: 63, Horizon: 2 * time.Second}
+	opts := Options{Nodes: 64, LastNode: 63, Horizon: 2 * time.Second, Logger: quiet}
 	seen := map[int64]bool{}
 	var prevMax int64
 	for run := range 2 {
