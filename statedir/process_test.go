@@ -399,13 +399,15 @@ func TestKilledThenStateLost(t *testing.T) {
 			first := startHelper(t, dir, 63, "kill")
 			l1 := first.waitLease(t)
 			// Let it issue for a while, keeping a copy of the state it
-			// wrote early on, then kill it half-way through a second.
+			// wrote early on, then kill it half-way through a second, more
+			// than its horizon (2s) later: the copy's promises no longer
+			// cover the seconds it used.
 			time.Sleep(300 * time.Millisecond)
 			older, err := os.ReadFile(filepath.Join(dir, "state"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1200 * time.Millisecond)
+			time.Sleep(3200 * time.Millisecond)
 			now := time.Now()
 			time.Sleep(now.Truncate(time.Second).Add(1500 * time.Millisecond).Sub(now))
 			if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {

@@ -89,10 +89,11 @@ func (c *testClock) on(opts Options) Options {
 // killed: the locks go, nothing is written. The source is not used again.
 func kill(t *testing.T, s *Source) {
 	t.Helper()
-	if s.store.held == nil {
+	c := s.store.current()
+	if c == nil {
 		t.Fatal("kill: the source holds no claim")
 	}
-	s.store.held.release()
+	c.release()
 }
 
 // acquire acquires a lease and returns it with the real time it took.
@@ -552,7 +553,7 @@ func TestTamperedLockFileLosesLease(t *testing.T) {
 	if _, err := s.Renew(ctx, l); !errors.Is(err, randflake.ErrLeaseLost) {
 		t.Fatalf("Renew: %v, want ErrLeaseLost", err)
 	}
-	if s.store.held != nil {
+	if s.store.current() != nil {
 		t.Error("the lost claim still holds its lock files")
 	}
 	clk.add(20)

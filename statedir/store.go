@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/randflake/randflake"
@@ -37,6 +38,9 @@ type Store struct {
 	promise  time.Duration
 	external bool
 	log      *slog.Logger
+
+	// mu guards held and the files of its claims.
+	mu sync.Mutex
 	// held is the claim the store made last, until it is released or lost
 	// (its engine holds one lease at a time).
 	held *storeClaim
@@ -102,12 +106,14 @@ func (s *Store) claimOf(held randflake.StoreClaim) (*storeClaim, error) {
 // replaced), it drops the claim and returns an error wrapping
 // randflake.ErrLeaseLost.
 func (c *storeClaim) live() error {
+	c.store.mu.Lock()
+	defer c.store.mu.Unlock()
 	if c.files == nil {
 		return fmt.Errorf("statedir: %s: the claim was released: %w", c.store.dir.path, randflake.ErrLeaseLost)
 	}
 	for i, f := range c.files {
 		if !sameFile(f, c.store.dir.blockPath(c.firsts[i])) {
-			c.release()
+			c.releaseLocked()
 			return fmt.Errorf("statedir: the lock file of node IDs %d-%d, %s, was removed or replaced: %w",
 				c.firsts[i], c.firsts[i]+BlockSize-1, c.store.dir.blockPath(c.firsts[i]), randflake.ErrLeaseLost)
 		}
@@ -117,11 +123,24 @@ func (c *storeClaim) live() error {
 
 // release frees the claim's blocks.
 func (c *storeClaim) release() {
+	c.store.mu.Lock()
+	defer c.store.mu.Unlock()
+	c.releaseLocked()
+}
+
+func (c *storeClaim) releaseLocked() {
 	closeAll(c.files)
 	c.files = nil
 	if c.store.held == c {
 		c.store.held = nil
 	}
+}
+
+// current returns the claim the store holds, if any.
+func (s *Store) current() *storeClaim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
 }
 
 // Update runs one step of the engine under the directory's lock: it reads
@@ -291,7 +310,9 @@ func (s *Store) lockClaim(r *reading, c *storeClaim, firsts []int64) (*storeClai
 		}
 		claimed.files = append(claimed.files, file)
 	}
+	s.mu.Lock()
 	s.held = claimed
+	s.mu.Unlock()
 	return claimed, nil
 }
 
