@@ -190,9 +190,21 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 			a.reason = fmt.Sprintf("the store's identity changed from %q to %q (restored or failed over)", m.id, v.Identity.ID)
 		case s.identity == v.Identity.ID && v.Identity.Position < s.position:
 			a.reason = fmt.Sprintf("the store's position went back from %d to %d (restored or rolled back)", s.position, v.Identity.Position)
-		case a.reason != "":
 		case m.digest != digest:
-			a.reason = "the records do not match the fleet marker (a record was deleted, edited or rolled back)"
+			if a.reason == "" {
+				a.reason = "the records do not match the fleet marker (a record was deleted, edited or rolled back)"
+			}
+		default:
+			// The digest matches, so every record read, those that fail
+			// their check included, is one the marker's writer saw: a
+			// record enters the digest only through a full read like this
+			// one, which found it failing (or the digest not matching) and
+			// made the history unknown up to the marker's unknown second.
+			// Its block counts as unknown up to that second (until ignores
+			// the record). Making the history unknown again would make
+			// every claim wait, for as long as the record stays, instead
+			// of no longer than the marker says (rule 5).
+			a.reason = ""
 		}
 	}
 	if a.reason != "" {
@@ -428,7 +440,7 @@ func (s *BlockSource) waitAndPromise(ctx context.Context, c *heldClaim) error {
 		if s.info.EndFor != nil && s.now().Unix() < c.lease.Start {
 			id, err := s.store.Renew(ctx, c.handle)
 			if errors.Is(err, ErrLeaseLost) {
-				return err
+				return s.renewLost(ctx, id, err)
 			}
 			if err == nil {
 				if err := s.checkPosition(ctx, id); err != nil {
@@ -440,6 +452,9 @@ func (s *BlockSource) waitAndPromise(ctx context.Context, c *heldClaim) error {
 	t0 := s.now()
 	if s.info.EndFor != nil {
 		id, err := s.store.Renew(ctx, c.handle)
+		if errors.Is(err, ErrLeaseLost) {
+			return s.renewLost(ctx, id, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -566,7 +581,25 @@ func (s *BlockSource) historyLost(ctx context.Context, c *heldClaim, why string)
 	if c == s.held {
 		s.held = nil
 	}
+	// Drop the claim at once (rule 8), so that a store whose claims do not
+	// lapse (file locks) does not keep the blocks held for as long as
+	// this process lives; claimants wait out the unknown history anyway.
+	s.abandon(c)
 	return fmt.Errorf("%w: %s: %w: %s", ErrLeaseLost, s.info.Name, ErrHistoryRolledBack, why)
+}
+
+// renewLost returns the error of a renewal the store reports lost (err).
+// A claim is also lost when the store went back to a copy in which it had
+// lapsed: if the store reported its identity with the loss, it is checked
+// first, so that such a loss is known as the rollback it is and the
+// history marked unknown (rule 8), not taken for a claim that lapsed.
+func (s *BlockSource) renewLost(ctx context.Context, id StoreIdentity, err error) error {
+	if id != (StoreIdentity{}) {
+		if rerr := s.checkPosition(ctx, id); rerr != nil {
+			return rerr
+		}
+	}
+	return err
 }
 
 // checkPosition checks the identity and position a renewal saw.
@@ -649,6 +682,7 @@ func (s *BlockSource) Renew(ctx context.Context, l Lease) (Lease, error) {
 	if s.info.EndFor != nil {
 		id, err := s.store.Renew(ctx, c.handle)
 		if errors.Is(err, ErrLeaseLost) {
+			err = s.renewLost(ctx, id, err)
 			s.held = nil
 			return Lease{}, err
 		}

@@ -91,6 +91,12 @@ func parseRecord(key []byte, raw []byte, first, last int64) (blockRecord, error)
 		return blockRecord{}, fmt.Errorf("%w: not a block record", errBadRecord)
 	}
 	i := strings.LastIndexByte(s, ' ')
+	if i < len(recordPrefix) {
+		// Only the prefix's space: no values before the tag. (Checked
+		// before the values are sliced out of the body: a tag that
+		// matched the bare prefix would otherwise make that slice panic.)
+		return blockRecord{}, fmt.Errorf("%w: malformed", errBadRecord)
+	}
 	body, tagHex := s[:i], s[i+1:]
 	want := tagOf(key, body)
 	got, err := hex.DecodeString(tagHex)
@@ -143,7 +149,10 @@ func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
 		return fleetMarker{}, fmt.Errorf("%w: not a fleet marker", errBadRecord)
 	}
 	i := strings.LastIndex(s, " tag=")
-	if i < 0 {
+	if i < len(markerPrefix) {
+		// No tag, or a tag right after the prefix ("rfm1 tag="), whose
+		// body would be shorter than the prefix the fields are cut from
+		// below (a slice that would panic).
 		return fleetMarker{}, fmt.Errorf("%w: no tag", errBadRecord)
 	}
 	body := s[:i]
