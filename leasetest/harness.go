@@ -22,10 +22,12 @@ type Harness struct {
 	// subtest touches nothing else. It registers on t what removes the
 	// store at the end.
 	New func(t *testing.T) *Store
-	// Parallel runs the subtests in parallel with each other, each on the
-	// store New made for it. It shortens the suite on a store that runs
-	// many stores at once cheaply (in memory, a database with a table per
-	// subtest); leave it false on a slow or shared server.
+	// Parallel runs all the subtests at once, each on the store New made
+	// for it (they mostly wait for seconds to pass, so -test.parallel
+	// does not limit them). It shortens the suite from minutes to seconds
+	// on a store that keeps many stores at once cheaply (in memory, a
+	// database with a table per subtest); leave it false on a slow or
+	// shared server.
 	Parallel bool
 }
 

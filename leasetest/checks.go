@@ -1,0 +1,209 @@
+package leasetest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/randflake/randflake"
+)
+
+// The subtests of clocks, partitions, impossible values and layouts.
+
+// clockAhead: a holder whose clock is an hour ahead claims and releases;
+// a holder with the true clock then claims another block at once; once
+// processes an hour ahead have touched every other free block, a process
+// with the true clock gets ErrClockBehind, at once.
+func clockAhead(e *env) {
+	t := e.t
+	// A claim with the true clock first, so that a store that is not
+	// fresh has its unknown history waited out on the true clock.
+	setup := e.newProc("setup", opts{})
+	l0, err := setup.acquire()
+	if err != nil {
+		t.Fatalf("the first claim: %v", err)
+	}
+	setup.release(l0)
+
+	a := e.start("ahead", opts{ahead: time.Hour})
+	a.runFor(1200 * time.Millisecond)
+	spa := a.stop()
+	la := a.first()
+
+	from := time.Now().Unix()
+	b := e.start("true-clock", opts{})
+	lb := b.first()
+	if lb.FirstNode <= la.LastNode && la.FirstNode <= lb.LastNode {
+		t.Errorf("the true-clock holder got %v, the node IDs the hour-ahead holder used up to second %d", lb, spa.Last)
+	}
+	if lb.Start > from+1 {
+		t.Errorf("the true-clock holder's lease %v starts %d s after its claim: the hour-ahead holder's blocks cost it a wait", lb, lb.Start-from)
+	}
+
+	// Processes an hour ahead claim every other free run, and release.
+	var held []*proc
+	var leases []randflake.Lease
+	for range e.runs {
+		p := e.newProc("ahead", opts{ahead: time.Hour})
+		l, err := p.acquire()
+		if errors.Is(err, randflake.ErrNoFreeNodes) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s, an hour ahead, claiming every free run: %v", p.name, err)
+		}
+		held, leases = append(held, p), append(leases, l)
+	}
+	if int64(len(held)) != e.runs-1 {
+		t.Fatalf("processes an hour ahead claimed %d runs, want every run but the true-clock holder's, %d", len(held), e.runs-1)
+	}
+	for i, p := range held {
+		p.release(leases[i])
+	}
+	c := e.newProc("behind", opts{})
+	began := time.Now()
+	lc, err := c.acquire()
+	took := time.Since(began)
+	if !errors.Is(err, randflake.ErrClockBehind) {
+		t.Errorf("with every free run touched by a clock an hour ahead, a true-clock claim returned lease %v, error %v; want ErrClockBehind", lc, err)
+	}
+	if took > e.info.Promise {
+		t.Errorf("the claim refused for its clock took %v", took)
+	}
+	b.col.WaitCount(t, 500, e.budget)
+	b.stop()
+	t.Logf("an hour-ahead holder used %v; a true-clock holder then got %v in %v; with every free run touched, a true-clock claim failed in %v: %v; %s",
+		la, lb, b.took.Round(time.Millisecond), took.Round(time.Millisecond), err, e.check)
+}
+
+// cutOff: a holder cut off from the store through a proxy stops issuing
+// before its claim can pass to another process, which starts after its
+// lease.
+func cutOff(e *env) {
+	t := e.t
+	if e.s.Addr == "" {
+		t.Skip("the store has no network address (Store.Addr is empty): there is no connection for a proxy to cut")
+	}
+	e.fillers()
+	px := NewProxy(t, e.s.Addr)
+	c := e.start("cut-off", opts{addr: px.Addr()})
+	c.runFor(time.Second)
+	px.Cut()
+	cutAt := time.Now()
+	s := e.start("successor", opts{waitFor: true})
+	begun, done := s.timed.claimed()
+	ls := s.first()
+	s.col.WaitCount(t, 500, e.budget)
+	s.stop()
+	spc := e.check.AddCollector(c.col)
+	leases := c.col.Leases()
+	lc := leases[len(leases)-1]
+	if ls.FirstNode != lc.FirstNode {
+		t.Fatalf("the successor got %v, not the cut-off holder's node IDs %v (every other run is held)", ls, lc)
+	}
+	if spc.LastAt.After(done) {
+		t.Errorf("the cut-off holder issued an ID at %s, after its node IDs were claimed again (by %s)",
+			spc.LastAt.Format("15:04:05.000"), done.Format("15:04:05.000"))
+	}
+	if e.info.EndFor != nil && begun.Add(claimSlack).Before(time.Unix(lc.End+1, 0)) {
+		t.Errorf("the successor claimed the cut-off holder's node IDs at %s, before the end of its lease %v", begun.Format("15:04:05.000"), lc)
+	}
+	if ls.Start <= lc.End {
+		t.Errorf("the successor's lease %v starts at or before the end of the cut-off holder's lease %v", ls, lc)
+	}
+	px.Heal() // let the cut-off holder find its claim gone and close at once
+	t.Logf("cut off at %s with a lease to %d; it issued its last ID at %s; the successor claimed at %s, lease from %d; %s",
+		cutAt.Format("15:04:05.000"), lc.End, spc.LastAt.Format("15:04:05.000"), done.Format("15:04:05.000"), ls.Start, e.check)
+}
+
+// rangeChecks: records and a marker with impossible values, validly
+// signed, are unknown history: waited out, never trusted, never a panic.
+func rangeChecks(e *env) {
+	t := e.t
+	e.need("WriteRecord", e.s.WriteRecord != nil)
+	e.need("WriteMarker", e.s.WriteMarker != nil)
+	setup := e.newProc("setup", opts{})
+	l0, err := setup.acquire()
+	if err != nil {
+		t.Fatalf("the first claim: %v", err)
+	}
+	setup.release(l0)
+
+	now := time.Now().Unix()
+	ly := e.h.Layout
+	f0, last0 := ly.Block(0)
+	f1, _ := ly.Block(1)
+	f2, last2 := ly.Block(2)
+	f3, last3 := ly.Block(3)
+	forged := map[int64][]byte{
+		f0: e.sign.record(f0, last0, randflake.MaxTimestamp+1000, now), // used until after the lifetime
+		f1: e.sign.record(f2, last2, now-10, now),                      // the record of another block
+		f2: e.sign.record(f2, last2, 1000, now),                        // used until before the epoch
+		f3: e.sign.record(f3, last3, now-10, randflake.MaxTimestamp+5), // written after the lifetime
+	}
+	for f, raw := range forged {
+		e.s.WriteRecord(t, f, raw)
+	}
+	x := e.newProc("after-records", opts{})
+	lx, err := x.acquire()
+	if err != nil {
+		t.Fatalf("a claim after records with impossible values were written: %v", err)
+	}
+	e.waited("the claim after records with impossible values", lx, now)
+	x.release(lx)
+	// No impossible value was trusted: every run can be claimed (a block
+	// used until after the lifetime, or written after it, would be
+	// refused), and at once, the unknown history having been waited out.
+	began := time.Now()
+	ps := make([]*proc, e.runs)
+	for i := range ps {
+		ps[i] = e.newProc("claim-all", opts{idle: true})
+		if err := ps[i].lease(); err != nil {
+			t.Fatalf("claim %d of %d after the impossible records were waited out: %v", i+1, e.runs, err)
+		}
+	}
+	all := time.Since(began)
+	for _, p := range ps {
+		p.close()
+	}
+	if all > e.info.Promise+time.Second {
+		t.Errorf("claiming every run took %v after the impossible records had been waited out once: they were waited out again", all)
+	}
+
+	// A marker saying that history is unknown up to after the lifetime.
+	digest := strings.Repeat("00", 16)
+	e.s.WriteMarker(t, e.sign.marker(fmt.Sprintf("id=forged first=%d last=%d size=%d horizon=%d unknown=%d digest=%s",
+		ly.FirstNode, ly.LastNode, ly.Size, e.wait, randflake.MaxTimestamp+1, digest)))
+	from := time.Now().Unix()
+	y := e.newProc("after-marker", opts{})
+	lm, err := y.acquire()
+	if err != nil {
+		t.Fatalf("a claim after a marker with impossible values was written: %v", err)
+	}
+	e.waited("the claim after a marker with impossible values", lm, from)
+	t.Logf("records with impossible values: waited out once (lease from %d, claimed at %d), then every run claimed in %v; "+
+		"a marker with impossible values: waited out (lease from %d, claimed at %d)", lx.Start, now, all.Round(time.Millisecond), lm.Start, from)
+}
+
+// layoutMismatch: a process configured with another layout than the one
+// the store's marker records is refused with ErrFleetMismatch.
+func layoutMismatch(e *env) {
+	t := e.t
+	setup := e.newProc("setup", opts{})
+	l0, err := setup.acquire()
+	if err != nil {
+		t.Fatalf("the first claim: %v", err)
+	}
+	setup.release(l0)
+	ly := e.h.Layout
+	other := randflake.BlockLayout{FirstNode: ly.FirstNode, LastNode: ly.LastNode - ly.Size, Size: ly.Size}
+	p := e.newProc("other-layout", opts{layout: other})
+	began := time.Now()
+	l, err := p.acquire()
+	if !errors.Is(err, randflake.ErrFleetMismatch) {
+		t.Fatalf("a process configured for blocks of %d in %d-%d on a store of blocks of %d in %d-%d: lease %v, error %v; want ErrFleetMismatch",
+			other.Size, other.FirstNode, other.LastNode, ly.Size, ly.FirstNode, ly.LastNode, l, err)
+	}
+	t.Logf("refused in %v: %v", time.Since(began).Round(time.Millisecond), err)
+}

@@ -1,0 +1,409 @@
+package leasetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+)
+
+// env is one subtest's store and the processes it runs on it.
+type env struct {
+	t      *testing.T
+	h      Harness
+	s      *Store
+	info   randflake.StoreInfo
+	runs   int64         // runs of h.Blocks blocks in the layout
+	wait   int64         // seconds a claim on unknown history waits at least
+	budget time.Duration // how long any one wait of the subtest may take
+	check  *Checker
+	sign   signer
+	log    *slog.Logger
+
+	mu sync.Mutex
+	n  int // processes opened
+}
+
+func newEnv(t *testing.T, h Harness) *env {
+	s := h.New(t)
+	if s == nil || s.Open == nil {
+		t.Fatal("leasetest: Harness.New returned no Store, or a Store without Open")
+	}
+	e := &env{t: t, h: h, s: s, runs: h.Layout.Count() / h.Blocks, check: NewChecker(t, Secret()), sign: newSigner(Secret())}
+	e.log = slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	e.info = e.open(Process{Name: "probe"}).Info()
+	if e.info.Promise <= 0 || !e.info.Durable {
+		t.Fatalf("leasetest: %s: the suite checks durable stores with a positive promise, not %+v", e.info.Name, e.info)
+	}
+	e.wait = ceilSeconds(e.info.Promise)
+	e.budget = 4*time.Duration(e.wait)*time.Second + 4*e.info.MaxClockSkew + 20*time.Second
+	return e
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// testWriter writes log lines to the test's log until the test ends.
+type testWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func newTestWriter(t *testing.T) *testWriter {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return w
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// need skips the subtest if a hook it needs is missing.
+func (e *env) need(hook string, ok bool) {
+	e.t.Helper()
+	if !ok {
+		e.t.Skipf("the store provides no %s hook", hook)
+	}
+}
+
+// name returns a new process name.
+func (e *env) name(prefix string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.n++
+	return fmt.Sprintf("%s-%d", prefix, e.n)
+}
+
+// open opens a handle as a new process would.
+func (e *env) open(p Process) randflake.BlockStore {
+	e.t.Helper()
+	if p.Layout == (randflake.BlockLayout{}) {
+		p.Layout = e.h.Layout
+	}
+	s, err := e.s.Open(e.t, p)
+	if err != nil {
+		e.t.Fatalf("opening the store for %s: %v", p.Name, err)
+	}
+	if s == nil {
+		e.t.Fatalf("opening the store for %s: no store and no error", p.Name)
+	}
+	return s
+}
+
+// opts says how a process is started.
+type opts struct {
+	ahead   time.Duration // the process's clock is this far ahead
+	addr    string        // connect through this address
+	layout  randflake.BlockLayout
+	idle    bool // no load (a process that only holds its node IDs)
+	waitFor bool // retry while every block is held (a successor waiting for a claim to lapse)
+}
+
+// proc is a process: a store handle, its BlockSource and, once started, a
+// leased generator under load.
+type proc struct {
+	e     *env
+	name  string
+	o     opts
+	store randflake.BlockStore // as Open returned it (the Kill hook's argument)
+	timed *timedStore
+	src   *randflake.BlockSource
+	g     *randflake.Leased
+	col   *Collector
+	took  time.Duration // from the start of NewLeased to its return
+
+	mu   sync.Mutex
+	errs []error   // the generator's source errors (OnError)
+	lost time.Time // when it first reported its claim lost
+}
+
+// now returns the process's clock.
+func (p *proc) now() time.Time { return time.Now().Add(p.o.ahead) }
+
+// newProc opens a process's handle and block source.
+func (e *env) newProc(prefix string, o opts) *proc {
+	e.t.Helper()
+	p := &proc{e: e, name: e.name(prefix), o: o}
+	pr := Process{Name: p.name, Addr: o.addr, Layout: o.layout}
+	if o.ahead != 0 {
+		pr.Now = p.now
+	}
+	p.store = e.open(pr)
+	p.timed = &timedStore{BlockStore: p.store}
+	layout := o.layout
+	if layout == (randflake.BlockLayout{}) {
+		layout = e.h.Layout
+	}
+	src, err := randflake.NewBlockSource(p.timed, randflake.BlockSourceConfig{
+		Secret: Secret(), Layout: layout, Blocks: e.h.Blocks, Now: p.now, Logger: e.log.With("process", p.name)})
+	if err != nil {
+		e.t.Fatalf("%s: NewBlockSource: %v", p.name, err)
+	}
+	p.src = src
+	return p
+}
+
+// start starts a process with a leased generator, under load unless
+// o.idle; it fails the test if the process gets no lease.
+func (e *env) start(prefix string, o opts) *proc {
+	e.t.Helper()
+	p := e.newProc(prefix, o)
+	if err := p.lease(); err != nil {
+		e.t.Fatalf("%s: no lease: %v", p.name, err)
+	}
+	return p
+}
+
+// lease starts p's leased generator: NewLeased, retried while every block
+// is held if p.o.waitFor, within the subtest's budget.
+func (p *proc) lease() error {
+	e := p.e
+	ctx, cancel := context.WithTimeout(context.Background(), e.budget)
+	defer cancel()
+	cfg := randflake.LeasedConfig{Secret: Secret(), Source: p.src, Shards: 2, OnError: p.onError}
+	if p.o.ahead != 0 {
+		cfg.TimeSource = func() int64 { return p.now().Unix() }
+	}
+	began := time.Now()
+	for {
+		g, err := randflake.NewLeased(ctx, cfg)
+		if err == nil {
+			p.took = time.Since(began)
+			p.g = g
+			break
+		}
+		if !p.o.waitFor || !errors.Is(err, randflake.ErrNoFreeNodes) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		p.g.Close(ctx)
+	})
+	if !p.o.idle {
+		p.col = Collect(p.name, p.g)
+	}
+	return nil
+}
+
+func (p *proc) onError(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.errs = append(p.errs, err)
+	if p.lost.IsZero() && errors.Is(err, randflake.ErrLeaseLost) {
+		p.lost = time.Now()
+	}
+}
+
+// lostAt returns when the generator first reported its claim lost.
+func (p *proc) lostAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lost
+}
+
+// errors returns the source errors the generator reported.
+func (p *proc) errors() []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]error(nil), p.errs...)
+}
+
+// first returns the first lease the process got.
+func (p *proc) first() randflake.Lease { return p.col.Leases()[0] }
+
+// stop stops the load and closes the generator (releasing its lease), and
+// returns its IDs, checked.
+func (p *proc) stop() Span {
+	p.e.t.Helper()
+	sp := p.e.check.AddCollector(p.col)
+	p.close()
+	return sp
+}
+
+// close closes an idle process's generator, releasing its lease.
+func (p *proc) close() {
+	p.e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.g.Close(ctx); err != nil {
+		p.e.t.Errorf("%s: Close: %v", p.name, err)
+	}
+}
+
+// kill stops the load and kills the process's handle as a crash would,
+// and returns its IDs, checked, and its last lease.
+func (p *proc) kill() (Span, randflake.Lease) {
+	p.e.t.Helper()
+	ids := p.col.Stop()
+	p.e.s.Kill(p.e.t, p.store)
+	leases := p.col.Leases()
+	sp := p.e.check.Add(p.name, ids, leases...)
+	return sp, leases[len(leases)-1]
+}
+
+// runFor lets the load run for d, and then until the process has issued
+// IDs and renewed its lease at least once.
+func (p *proc) runFor(d time.Duration) {
+	p.e.t.Helper()
+	time.Sleep(d)
+	first := p.first()
+	deadline := time.Now().Add(p.e.budget)
+	for {
+		n, _ := p.col.Count()
+		if l := p.col.Leases(); n > 0 && l[len(l)-1].End > first.End {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.e.t.Fatalf("%s: after %v, %d IDs issued and the lease %v never renewed (errors: %v)", p.name, p.e.budget, n, first, p.col.Errors())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// timedStore notes when the first claim of its process was made: the
+// Update that returned it began no earlier than begun and had applied by
+// done.
+type timedStore struct {
+	randflake.BlockStore
+	mu          sync.Mutex
+	begun, done time.Time
+}
+
+func (s *timedStore) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+	begun := time.Now()
+	c, err := s.BlockStore.Update(ctx, held, all, fn)
+	if err == nil && held == nil && c != nil {
+		s.mu.Lock()
+		if s.begun.IsZero() {
+			s.begun, s.done = begun, time.Now()
+		}
+		s.mu.Unlock()
+	}
+	return c, err
+}
+
+// claimed returns when the first claim was made (zero if none).
+func (s *timedStore) claimed() (begun, done time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.begun, s.done
+}
+
+// fillers starts idle processes holding every run but one, so that the
+// next claim has only that one left; it returns them.
+func (e *env) fillers() []*proc {
+	e.t.Helper()
+	ps := make([]*proc, e.runs-1)
+	var wg sync.WaitGroup
+	errs := make([]error, len(ps))
+	for i := range ps {
+		ps[i] = e.newProc("filler", opts{idle: true})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = ps[i].lease()
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			e.t.Fatalf("%s: no lease: %v", ps[i].name, err)
+		}
+	}
+	return ps
+}
+
+// midSecond sleeps until about 500 ms past a second boundary.
+func midSecond() {
+	now := time.Now()
+	at := now.Truncate(time.Second).Add(500 * time.Millisecond)
+	if at.Before(now.Add(20 * time.Millisecond)) {
+		at = at.Add(time.Second)
+	}
+	time.Sleep(time.Until(at))
+}
+
+// blockOf returns the first node ID of the block of node.
+func (e *env) blockOf(node int64) int64 {
+	l := e.h.Layout
+	return l.FirstNode + (node-l.FirstNode)/l.Size*l.Size
+}
+
+// perBlock returns the newest second of a span on each block.
+func (e *env) perBlock(sp Span) map[int64]int64 {
+	m := map[int64]int64{}
+	for node, last := range sp.Nodes {
+		f := e.blockOf(node)
+		m[f] = max(m[f], last)
+	}
+	return m
+}
+
+// blocksOf returns the first node IDs of the blocks of a lease.
+func (e *env) blocksOf(l randflake.Lease) []int64 {
+	var fs []int64
+	for f := l.FirstNode; f <= l.LastNode; f += e.h.Layout.Size {
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// record reads and parses a block's record through the hook.
+func (e *env) record(first int64) (recordFields, error) {
+	e.t.Helper()
+	raw := e.s.ReadRecord(e.t, first)
+	if raw == nil {
+		return recordFields{}, fmt.Errorf("node IDs from %d have no record", first)
+	}
+	r, err := e.sign.parse(raw)
+	if err == nil && (r.first != first || r.last != first+e.h.Layout.Size-1) {
+		err = fmt.Errorf("the record of node IDs from %d names node IDs %d-%d", first, r.first, r.last)
+	}
+	return r, err
+}
+
+// acquire runs one claim of a bare BlockSource within the budget.
+func (p *proc) acquire() (randflake.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.e.budget)
+	defer cancel()
+	return p.src.Acquire(ctx)
+}
+
+// release releases a bare BlockSource's lease, reporting no second used.
+func (p *proc) release(l randflake.Lease) {
+	p.e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.src.Release(ctx, l, 0); err != nil {
+		p.e.t.Fatalf("%s: Release: %v", p.name, err)
+	}
+}
+
+// waited checks that a lease claimed at second from (on the claimant's
+// clock) starts only after unknown history was waited out.
+func (e *env) waited(who string, l randflake.Lease, from int64) {
+	e.t.Helper()
+	if l.Start < from+e.wait+1 {
+		e.t.Errorf("%s's lease %v starts at %d, %d s after its claim at %d: unknown history was not waited out (the promise is %v)",
+			who, l, l.Start, l.Start-from, from, e.info.Promise)
+	}
+}

@@ -1,0 +1,218 @@
+package leasetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+)
+
+// The subtests of history lost, edited or gone back.
+
+// wipeUnderLoad: a holder killed half-way through a second, the store
+// wiped (all of it, or all but the marker) while another holder runs, a
+// successor started at once: the successor waits out unknown history and
+// the other holder loses its claim; no ID twice.
+func wipeUnderLoad(e *env, keepMarker bool) {
+	t := e.t
+	e.need("Kill", e.s.Kill != nil)
+	wipe, hook := e.s.Wipe, "Wipe"
+	if keepMarker {
+		wipe, hook = e.s.WipeKeepMarker, "WipeKeepMarker"
+	}
+	e.need(hook, wipe != nil)
+	k := e.start("doomed", opts{})
+	l := e.start("survivor", opts{})
+	k.runFor(time.Second)
+	midSecond()
+	spk, lk := k.kill()
+	wipe(t)
+	wiped := time.Now()
+	from := wiped.Unix()
+	s := e.start("successor", opts{})
+	ls := s.first()
+	e.waited("the successor", ls, from)
+	if ls.Start <= lk.End {
+		t.Errorf("the successor's lease %v starts at or before the end of the killed holder's lease %v", ls, lk)
+	}
+	lostAfter := l.waitLost(t, wiped, e.budget)
+	s.col.WaitCount(t, 500, e.budget)
+	s.stop()
+	l.stop()
+	t.Logf("killed at second %d (lease to %d), %s, successor started at once: it waited %v, its lease starts at %d; the survivor lost its claim %v after the wipe; %s",
+		spk.Last, lk.End, hook, s.took.Round(time.Millisecond), ls.Start, lostAfter, e.check)
+}
+
+// waitLost waits for the generator to report its claim lost, and returns
+// how long after since it noticed (at most).
+func (p *proc) waitLost(t *testing.T, since time.Time, budget time.Duration) time.Duration {
+	t.Helper()
+	began := time.Now()
+	for {
+		for _, err := range p.errors() {
+			if errors.Is(err, randflake.ErrLeaseLost) {
+				return p.lostAt().Sub(since).Round(time.Millisecond)
+			}
+		}
+		if time.Since(began) > budget {
+			t.Fatalf("%s did not report its claim lost within %v (errors: %v)", p.name, budget, p.errors())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// editedRecord: the killed holder's record with one digit of its last
+// second lowered, its tag kept: the successor waits out unknown history.
+func editedRecord(e *env) {
+	t := e.t
+	e.need("Kill", e.s.Kill != nil)
+	e.need("ReadRecord", e.s.ReadRecord != nil)
+	e.need("WriteRecord", e.s.WriteRecord != nil)
+	e.fillers()
+	k := e.start("doomed", opts{})
+	k.runFor(time.Second)
+	midSecond()
+	spk, lk := k.kill()
+	raw := e.s.ReadRecord(t, lk.FirstNode)
+	edited, err := editDigit(raw)
+	if err != nil {
+		t.Fatalf("the killed holder's record: %v", err)
+	}
+	e.s.WriteRecord(t, lk.FirstNode, edited)
+	from := time.Now().Unix()
+	s := e.takeOver(lk, spk, from)
+	t.Logf("record %q edited to %q; the successor waited %v, its lease starts at %d after the killed holder's last second %d; %s",
+		raw, edited, s.took.Round(time.Millisecond), s.first().Start, spk.Last, e.check)
+}
+
+// takeOver starts a successor on a killed holder's run (every other one
+// is held) and checks that it waited out unknown history from second
+// from, and started after the killed holder's lease.
+func (e *env) takeOver(lk randflake.Lease, spk Span, from int64) *proc {
+	t := e.t
+	t.Helper()
+	s := e.start("successor", opts{waitFor: true})
+	ls := s.first()
+	if ls.FirstNode != lk.FirstNode {
+		t.Fatalf("the successor got %v, not the killed holder's node IDs %v (every other run is held)", ls, lk)
+	}
+	e.waited("the successor", ls, from)
+	if ls.Start <= lk.End || ls.Start <= spk.Last {
+		t.Errorf("the successor's lease %v starts at or before the killed holder's last second %d or lease end %d", ls, spk.Last, lk.End)
+	}
+	s.col.WaitCount(t, 500, e.budget)
+	s.stop()
+	return s
+}
+
+// rolledBackRecord: an older record of the killed holder's block, with
+// its valid tag, put back: the marker's digest no longer matches, and the
+// successor waits out unknown history.
+func rolledBackRecord(e *env) {
+	t := e.t
+	e.need("Kill", e.s.Kill != nil)
+	e.need("ReadRecord", e.s.ReadRecord != nil)
+	e.need("WriteRecord", e.s.WriteRecord != nil)
+	e.fillers()
+	k := e.start("doomed", opts{})
+	k.col.WaitCount(t, 100, e.budget)
+	f := k.first().FirstNode
+	old := e.s.ReadRecord(t, f)
+	oldr, err := e.sign.parse(old)
+	if err != nil {
+		t.Fatalf("the holder's record: %v", err)
+	}
+	k.runFor(e.info.Promise + 1500*time.Millisecond)
+	midSecond()
+	spk, lk := k.kill()
+	if spk.Last <= oldr.until {
+		t.Fatalf("the holder's last second %d is not after the old record's %d: the test cannot tell a rollback from none", spk.Last, oldr.until)
+	}
+	e.s.WriteRecord(t, f, old)
+	from := time.Now().Unix()
+	s := e.takeOver(lk, spk, from)
+	t.Logf("record of second %d put back after the holder used second %d; the successor waited %v, its lease starts at %d; %s",
+		oldr.until, spk.Last, s.took.Round(time.Millisecond), s.first().Start, e.check)
+}
+
+// saveRestore: a whole copy of the store put back under the same identity
+// while no holder runs is, as documented, not detected: the next claim
+// trusts the copy. BlockSource.ResetHistory then makes the next claim
+// wait out unknown history.
+func saveRestore(e *env) {
+	t := e.t
+	e.need("Save", e.s.Save != nil)
+	a := e.start("before", opts{})
+	a.col.WaitCount(t, 100, e.budget)
+	restore := e.s.Save(t)
+	a.runFor(e.info.Promise + 1500*time.Millisecond)
+	spa := a.stop()
+	restore(t)
+	b := e.newProc("after-restore", opts{})
+	lb, err := b.acquire()
+	if err != nil {
+		t.Fatalf("a claim after the restore: %v", err)
+	}
+	if lb.Start > spa.Last {
+		t.Errorf("a claim after a restore under the same identity got %v, after the last second used before the restore (%d): "+
+			"the restore was detected, which the documentation says cannot be (did Save change the store's identity?)", lb, spa.Last)
+	}
+	b.release(lb)
+	ctx, cancel := context.WithTimeout(context.Background(), e.budget)
+	defer cancel()
+	if err := b.src.ResetHistory(ctx); err != nil {
+		t.Fatalf("ResetHistory: %v", err)
+	}
+	from := time.Now().Unix()
+	c := e.start("after-reset", opts{})
+	lc := c.first()
+	e.waited("the first holder after ResetHistory", lc, from)
+	if lc.Start <= spa.Last {
+		t.Errorf("after ResetHistory, a lease %v starts at or before the last second used before the restore, %d", lc, spa.Last)
+	}
+	c.col.WaitCount(t, 500, e.budget)
+	c.stop()
+	t.Logf("after the restore a claim trusted the copy (lease from %d, the last second used %d: not detectable, as documented); "+
+		"after ResetHistory the next holder waited %v, from second %d; %s", lb.Start, spa.Last, c.took.Round(time.Millisecond), lc.Start, e.check)
+}
+
+// rollbackSeen: the store goes back under a running holder in a way it
+// can see: the holder stops with ErrLeaseLost wrapping
+// ErrHistoryRolledBack, and a newcomer waits out unknown history.
+func rollbackSeen(e *env) {
+	t := e.t
+	e.need("Rollback", e.s.Rollback != nil)
+	a := e.start("holder", opts{})
+	a.col.WaitCount(t, 100, e.budget)
+	goBack := e.s.Rollback(t)
+	a.runFor(e.info.Promise + 1500*time.Millisecond)
+	goBack(t)
+	back := time.Now()
+	var seen error
+	for deadline := back.Add(e.budget); seen == nil; time.Sleep(20 * time.Millisecond) {
+		for _, err := range a.errors() {
+			if errors.Is(err, randflake.ErrLeaseLost) && errors.Is(err, randflake.ErrHistoryRolledBack) {
+				seen = err
+			}
+		}
+		if seen == nil && time.Now().After(deadline) {
+			t.Fatalf("the holder did not stop with ErrLeaseLost wrapping ErrHistoryRolledBack within %v of the rollback (errors: %v)", e.budget, a.errors())
+		}
+	}
+	detected := time.Since(back)
+	from := time.Now().Unix()
+	n := e.start("newcomer", opts{})
+	ln := n.first()
+	e.waited("the newcomer", ln, from)
+	la := a.first()
+	if ln.Start <= la.End && ln.FirstNode <= la.LastNode && la.FirstNode <= ln.LastNode {
+		t.Errorf("the newcomer's lease %v starts at or before the end of the rolled-back holder's lease %v on the same node IDs", ln, la)
+	}
+	n.col.WaitCount(t, 500, e.budget)
+	n.stop()
+	a.stop()
+	t.Logf("the holder saw the rollback %v after it (%v); the newcomer waited %v, its lease starts at %d; %s",
+		detected.Round(time.Millisecond), seen, n.took.Round(time.Millisecond), ln.Start, e.check)
+}

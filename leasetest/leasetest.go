@@ -1,0 +1,113 @@
+package leasetest
+
+import (
+	"sync"
+	"testing"
+)
+
+// subtest is one check of the suite.
+type subtest struct {
+	name string
+	run  func(*env)
+}
+
+// subtests are the checks Run runs, in order.
+var subtests = []subtest{
+	{"DisjointClaims", disjointClaims},
+	{"ReleaseAndReuse", releaseAndReuse},
+	{"TakeoverAfterCrash", takeoverAfterCrash},
+	{"PromisesHonoured", promisesHonoured},
+	{"WipeUnderLoad", func(e *env) { wipeUnderLoad(e, false) }},
+	{"WipeKeepingMarker", func(e *env) { wipeUnderLoad(e, true) }},
+	{"EditedRecord", editedRecord},
+	{"RolledBackRecord", rolledBackRecord},
+	{"SaveRestoreUndetectable", saveRestore},
+	{"RollbackSeenByHolder", rollbackSeen},
+	{"ClockAheadPerBlock", clockAhead},
+	{"CutOff", cutOff},
+	{"RangeChecks", rangeChecks},
+	{"LayoutMismatch", layoutMismatch},
+}
+
+// Run checks a BlockStore against the rules of the lease engine. Each
+// subtest makes a fresh store with h.New, opens handles on it as separate
+// processes would, runs real generators (randflake.NewLeased on
+// randflake.NewBlockSource, under the secret Secret returns) under load,
+// plays one fault with the Store's hooks, and collects every ID to look
+// for duplicates and for IDs outside their holder's lease:
+//
+//   - DisjointClaims: one holder per run of blocks, claiming at once, get
+//     disjoint node IDs; one more gets ErrNoFreeNodes.
+//   - ReleaseAndReuse: a released run is claimed again at once, starting
+//     right after the last second used.
+//   - TakeoverAfterCrash: a holder killed under load, half-way through a
+//     second, without releasing; its successor starts after every second
+//     the killed holder could have used, and, for a store whose claims
+//     lapse, does not claim before the killed holder's lease has ended.
+//   - PromisesHonoured: no generator issues a second its store has not
+//     recorded (ReadRecord), and a release records the last second used.
+//   - WipeUnderLoad, WipeKeepingMarker: a holder killed half-way through a
+//     second, the store wiped (Wipe, WipeKeepMarker) while another holder
+//     runs, a successor started at once: it waits out unknown history.
+//   - EditedRecord: a record with one digit changed and its tag kept
+//     (WriteRecord) is unknown history, waited out.
+//   - RolledBackRecord: an older record of the same block, with its valid
+//     tag, put back after the holder was killed, is detected through the
+//     marker's digest and waited out.
+//   - SaveRestoreUndetectable: a whole copy of the store put back under
+//     the same identity while no holder runs (Save) is not detected, as
+//     documented, and BlockSource.ResetHistory then makes the next claim
+//     wait.
+//   - RollbackSeenByHolder: a store that goes back under a running holder
+//     (Rollback): the holder stops with ErrLeaseLost wrapping
+//     ErrHistoryRolledBack, newcomers wait out unknown history.
+//   - ClockAheadPerBlock: a holder whose clock is an hour ahead costs only
+//     the blocks it touched: a holder with the true clock claims another
+//     block without waiting, and gets ErrClockBehind only once every free
+//     block carries a time ahead of its clock.
+//   - CutOff: a holder cut off from the store through a Proxy (Addr)
+//     stops issuing before its claim can pass to another.
+//   - RangeChecks: records and a marker with impossible values, validly
+//     signed (WriteRecord, WriteMarker), are unknown history, never
+//     trusted.
+//   - LayoutMismatch: a process configured with another layout is refused
+//     with ErrFleetMismatch.
+//
+// A subtest whose hook is nil is skipped with a message naming the hook.
+// Each wait is bounded by a budget derived from the store's promise; with
+// promises of 2 to 3 seconds a subtest takes a few seconds.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.Blocks == 0 {
+		h.Blocks = 1
+	}
+	if err := h.Layout.Check(); err != nil {
+		t.Fatalf("leasetest: Harness.Layout: %v", err)
+	}
+	if h.Blocks < 0 || h.Layout.Count()%h.Blocks != 0 {
+		t.Fatalf("leasetest: Harness.Blocks %d does not divide the %d blocks of the layout", h.Blocks, h.Layout.Count())
+	}
+	if runs := h.Layout.Count() / h.Blocks; runs < 4 || runs > 32 {
+		t.Fatalf("leasetest: the layout holds %d runs of %d blocks; the suite needs 4 to 32", runs, h.Blocks)
+	}
+	if h.New == nil {
+		t.Fatal("leasetest: Harness.New is nil")
+	}
+	if !h.Parallel {
+		for _, st := range subtests {
+			t.Run(st.name, func(t *testing.T) { st.run(newEnv(t, h)) })
+		}
+		return
+	}
+	// The subtests mostly wait for seconds to pass: run them all at once,
+	// whatever -test.parallel says.
+	var wg sync.WaitGroup
+	for _, st := range subtests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(st.name, func(t *testing.T) { st.run(newEnv(t, h)) })
+		}()
+	}
+	wg.Wait()
+}
