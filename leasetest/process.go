@@ -44,9 +44,9 @@ const holderEnv = "RANDFLAKE_LEASETEST_HOLDER"
 
 // Exit codes of a holder process that got no lease.
 const (
-	exitError        = 3
-	exitNoFreeNodes  = 4
-	exitClockBehind  = 5
+	exitError         = 3
+	exitNoFreeNodes   = 4
+	exitClockBehind   = 5
 	exitFleetMismatch = 6
 )
 
