@@ -1,10 +1,13 @@
 package randflake_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,4 +174,426 @@ func echoServer(t *testing.T) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// Rules the suite does not reach, on MemStore with short promises.
+
+// unitLayout is 4 blocks of 16 node IDs.
+var unitLayout = randflake.BlockLayout{FirstNode: 0, LastNode: 63, Size: 16}
+
+// locks and lapsing are the two kinds of MemStore claims: file locks,
+// with a 1 s promise, and claims lapsing 1.5 s after their renewal.
+var (
+	locks   = leasetest.MemOptions{Promise: time.Second}
+	lapsing = leasetest.MemOptions{TTL: 1500 * time.Millisecond}
+)
+
+func newBackend(t *testing.T, l randflake.BlockLayout) *leasetest.MemBackend {
+	t.Helper()
+	b, err := leasetest.NewMemBackend(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// newSource opens a handle on b and a BlockSource on it, with blocks
+// blocks per claim.
+func newSource(t *testing.T, b *leasetest.MemBackend, o leasetest.MemOptions, blocks int64) (*randflake.BlockSource, *leasetest.MemStore) {
+	t.Helper()
+	h, err := b.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: b.Layout(), Blocks: blocks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, h
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Bad configurations are refused with an error that names the problem,
+// never the secret.
+func TestBlockSourceConfig(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	h, _ := b.Open(locks)
+	secret := leasetest.Secret()
+	ok := randflake.BlockSourceConfig{Secret: secret, Layout: unitLayout}
+	for _, c := range []struct {
+		name  string
+		store randflake.BlockStore
+		edit  func(*randflake.BlockSourceConfig)
+		want  string
+	}{
+		{"nil store", nil, func(*randflake.BlockSourceConfig) {}, "nil store"},
+		{"short secret", h, func(c *randflake.BlockSourceConfig) { c.Secret = secret[:15] }, "16 bytes"},
+		{"blocks of 0", h, func(c *randflake.BlockSourceConfig) { c.Layout.Size = 0 }, "do not divide"},
+		{"blocks that do not divide", h, func(c *randflake.BlockSourceConfig) { c.Layout.Size = 24 }, "do not divide"},
+		{"range past MaxNode", h, func(c *randflake.BlockSourceConfig) { c.Layout.LastNode = randflake.MaxNode + 16 }, "node"},
+		{"more blocks per claim than blocks", h, func(c *randflake.BlockSourceConfig) { c.Blocks = 5 }, "blocks per claim"},
+		{"negative blocks per claim", h, func(c *randflake.BlockSourceConfig) { c.Blocks = -1 }, "blocks per claim"},
+		{"negative horizon", h, func(c *randflake.BlockSourceConfig) { c.Horizon = -time.Second }, "negative horizon"},
+	} {
+		cfg := ok
+		c.edit(&cfg)
+		_, err := randflake.NewBlockSource(c.store, cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), string(secret)) {
+			t.Errorf("%s: the error shows the secret: %v", c.name, err)
+		}
+	}
+	if _, err := b.Open(leasetest.MemOptions{}); err == nil {
+		t.Error("a MemStore with neither TTL nor promise was opened")
+	}
+}
+
+// A source holds one lease at a time, and renews or releases only it.
+func TestBlockSourceOneLease(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	src, _ := newSource(t, b, locks, 1)
+	ctx := ctxFor(t, 10*time.Second)
+	l, err := src.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Acquire(ctx); err == nil {
+		t.Error("a second Acquire while holding a lease succeeded")
+	}
+	other := l
+	other.FirstNode, other.LastNode = l.FirstNode+16, l.LastNode+16
+	if _, err := src.Renew(ctx, other); err == nil {
+		t.Errorf("Renew of %v, not the lease held (%v), succeeded", other, l)
+	}
+	if err := src.Release(ctx, other, 0); err == nil {
+		t.Errorf("Release of %v, not the lease held (%v), succeeded", other, l)
+	}
+	if err := src.Release(ctx, l, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Renew(ctx, l); err == nil {
+		t.Error("Renew after Release succeeded")
+	}
+}
+
+// A release reporting a second after the lease's end is refused: the
+// promise stands (the record is left as it was) and the blocks are freed.
+func TestBlockSourceReleaseAfterEnd(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
+	src, _ := newSource(t, b, locks, 1)
+	ctx := ctxFor(t, 10*time.Second)
+	l, err := src.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b.Record(0)
+	if err := src.Release(ctx, l, l.End+1); err == nil {
+		t.Fatalf("a release reporting second %d after the end of %v succeeded", l.End+1, l)
+	}
+	if after := b.Record(0); !bytes.Equal(after, before) {
+		t.Errorf("the refused release changed the record from %q to %q", before, after)
+	}
+	next, _ := newSource(t, b, locks, 1)
+	l2, err := next.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("the blocks of a refused release are not free: %v", err)
+	}
+	if l2.Start <= l.End {
+		t.Errorf("the next lease %v starts within the promise of %v", l2, l)
+	}
+}
+
+// Rule 2: a claim prefers a block whose seconds have passed, and takes a
+// block whose seconds are still ahead only when there is no other, starting
+// after them.
+func TestBlockSourcePrefersPassedBlocks(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16})
+	ctx := ctxFor(t, 10*time.Second)
+	dead, h := newSource(t, b, locks, 1)
+	ld, err := dead.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Kill() // the promise stands; the lock goes with the process
+	a, _ := newSource(t, b, locks, 1)
+	began := time.Now()
+	la, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.FirstNode == ld.FirstNode || time.Since(began) > 500*time.Millisecond {
+		t.Errorf("with a free block whose seconds have passed, the claim got %v in %v, the dead holder's %v", la, time.Since(began), ld)
+	}
+	c, _ := newSource(t, b, locks, 1)
+	lc, err := c.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lc.FirstNode != ld.FirstNode || lc.Start != ld.End+1 {
+		t.Errorf("the last free block: got %v, want the dead holder's node IDs from second %d", lc, ld.End+1)
+	}
+}
+
+// Rule 4: a claimant that waits for a block's seconds records nothing, so
+// a claimant that gives up, or dies, while waiting costs its successor no
+// further wait.
+func TestBlockSourceWaitRecordsNothing(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
+	dead, h := newSource(t, b, locks, 1)
+	ld, err := dead.Acquire(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Kill()
+	before := b.Record(0)
+	impatient, _ := newSource(t, b, locks, 1)
+	if l, err := impatient.Acquire(ctxFor(t, 200*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a claim that must wait until second %d, given 200ms: %v, %v", ld.End+1, l, err)
+	}
+	if after := b.Record(0); !bytes.Equal(after, before) {
+		t.Errorf("a claimant that gave up waiting changed the record from %q to %q", before, after)
+	}
+	next, _ := newSource(t, b, locks, 1)
+	l, err := next.Acquire(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Start != ld.End+1 {
+		t.Errorf("after a claimant gave up waiting, the next lease is %v, want it to start at %d, right after the dead holder's promise", l, ld.End+1)
+	}
+}
+
+// A record that fails its check is waited out once: once the marker
+// covers it, the next claims do not wait again while it stays.
+func TestBlockSourceBadRecordWaitedOnce(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	ctx := ctxFor(t, 20*time.Second)
+	setup, _ := newSource(t, b, locks, 1)
+	l, err := setup.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setup.Release(ctx, l, 0); err != nil {
+		t.Fatal(err)
+	}
+	b.SetRecord(48, []byte("not a record"))
+	first, _ := newSource(t, b, locks, 1)
+	from := time.Now().Unix()
+	l1, err := first.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1.Start <= from+1 {
+		t.Errorf("the first claim after a record was damaged got %v at second %d: no wait", l1, from)
+	}
+	second, _ := newSource(t, b, locks, 1)
+	began := time.Now()
+	l2, err := second.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > 500*time.Millisecond && l2.FirstNode != 48 {
+		t.Errorf("the second claim waited %v for a damaged record already waited out (lease %v)", took, l2)
+	}
+	if got := b.Record(48); string(got) != "not a record" {
+		t.Fatalf("the damaged record changed to %q", got)
+	}
+}
+
+// A store that goes back (its position lower, or its identity changed)
+// under a holder: the next renewal reports ErrLeaseLost wrapping
+// ErrHistoryRolledBack, including when the claim had lapsed in the copy
+// put back; a newcomer then waits out unknown history.
+func TestBlockSourceGoesBackUnderHolder(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		fault func(b *leasetest.MemBackend, saved *leasetest.MemSnapshot)
+	}{
+		{"position rewound", func(b *leasetest.MemBackend, _ *leasetest.MemSnapshot) { b.RewindPosition(1) }},
+		{"failover", func(b *leasetest.MemBackend, _ *leasetest.MemSnapshot) { b.Failover() }},
+		{"copy with the claim lapsed", func(b *leasetest.MemBackend, saved *leasetest.MemSnapshot) { b.Restore(saved) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, unitLayout)
+			ctx := ctxFor(t, 20*time.Second)
+			src, _ := newSource(t, b, lapsing, 1)
+			l, err := src.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved := b.Save()
+			// Another process claims and releases: the store moves on.
+			other, _ := newSource(t, b, lapsing, 1)
+			lo, err := other.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Release(ctx, lo, 0); err != nil {
+				t.Fatal(err)
+			}
+			// Renew until the claim in the copy has lapsed (1.5 s after
+			// the claim).
+			for _, d := range []time.Duration{time.Second, 700 * time.Millisecond} {
+				time.Sleep(d)
+				if l, err = src.Renew(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.fault(b, saved)
+			_, err = src.Renew(ctx, l)
+			if !errors.Is(err, randflake.ErrLeaseLost) || !errors.Is(err, randflake.ErrHistoryRolledBack) {
+				t.Fatalf("renewal after the store went back: %v, want ErrLeaseLost wrapping ErrHistoryRolledBack", err)
+			}
+			from := time.Now().Unix()
+			next, _ := newSource(t, b, lapsing, 1)
+			ln, err := next.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ln.Start < from+2+1 || ln.Start <= l.End {
+				t.Errorf("a newcomer after the store went back got %v at second %d; want it after the unknown history (2 s) and the holder's end %d", ln, from, l.End)
+			}
+		})
+	}
+}
+
+// A holder that finds the history lost drops its claim at once: on a
+// store whose claims never lapse, the blocks are free for the next claim
+// (which waits out the unknown history).
+func TestBlockSourceHistoryLostDropsClaim(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16})
+	ctx := ctxFor(t, 20*time.Second)
+	src, _ := newSource(t, b, locks, 2)
+	l, err := src.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Failover()
+	time.Sleep(1100 * time.Millisecond) // the next renewal records a promise, and checks
+	if _, err := src.Renew(ctx, l); !errors.Is(err, randflake.ErrHistoryRolledBack) {
+		t.Fatalf("renewal after a failover: %v, want ErrHistoryRolledBack", err)
+	}
+	next, _ := newSource(t, b, locks, 2)
+	ln, err := next.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("the claim of a holder that found the history lost is still held: %v", err)
+	}
+	if ln.Start <= l.End {
+		t.Errorf("the next lease %v starts within the dropped lease %v", ln, l)
+	}
+}
+
+// ResetHistory makes the next claims wait out the horizon; holders keep
+// their claims and renew.
+func TestBlockSourceResetHistoryKeepsHolders(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	ctx := ctxFor(t, 20*time.Second)
+	holder, _ := newSource(t, b, lapsing, 1)
+	l, err := holder.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, _ := newSource(t, b, lapsing, 1)
+	if err := op.ResetHistory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	from := time.Now().Unix()
+	time.Sleep(1100 * time.Millisecond)
+	if l2, err := holder.Renew(ctx, l); err != nil || l2.End <= l.End {
+		t.Errorf("the holder's renewal after ResetHistory: %v, %v; want it renewed past %d", l2, err, l.End)
+	}
+	next, _ := newSource(t, b, lapsing, 1)
+	ln, err := next.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ln.Start < from+2+1 {
+		t.Errorf("after ResetHistory at second %d, a claim got %v: the horizon (2 s) was not waited out", from, ln)
+	}
+}
+
+// Horizon: unknown history is waited out for the fleet's longest promise,
+// when it is longer than this store's.
+func TestBlockSourceHorizon(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	b.Wipe() // no sign of initialisation
+	h, _ := b.Open(locks)
+	src, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Now().Unix()
+	l, err := src.Acquire(ctxFor(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Start < from+3+1 {
+		t.Errorf("with a 3 s horizon, a claim on unknown history at second %d got %v", from, l)
+	}
+}
+
+// A clock outside the lifetime of Randflake IDs is refused with an error.
+func TestBlockSourceClockOutsideLifetime(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	h, _ := b.Open(locks)
+	for _, at := range []time.Time{time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		src, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout,
+			Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, err := src.Acquire(ctxFor(t, 5*time.Second)); err == nil || !strings.Contains(err.Error(), "lifetime") {
+			t.Errorf("a clock reading %s: %v, %v; want an error naming the lifetime", at.Format(time.DateOnly), l, err)
+		}
+	}
+}
+
+// A release that cannot reach the store fails; the claim lapses, and the
+// promise stands for the next holder.
+func TestBlockSourceReleaseUnreachable(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
+	ctx := ctxFor(t, 20*time.Second)
+	src, h := newSource(t, b, lapsing, 1)
+	l, err := src.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.SetUnreachable(true)
+	if err := src.Release(ctx, l, l.Start); !errors.Is(err, leasetest.ErrUnreachable) {
+		t.Fatalf("a release out of reach: %v, want the store's error", err)
+	}
+	next, _ := newSource(t, b, lapsing, 1)
+	var ln randflake.Lease
+	for {
+		if ln, err = next.Acquire(ctx); !errors.Is(err, randflake.ErrNoFreeNodes) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ln.Start <= l.End {
+		t.Errorf("after a release that failed, the next lease %v starts within the promise of %v", ln, l)
+	}
 }

@@ -75,9 +75,9 @@ func (b *MemBackend) Layout() randflake.BlockLayout { return b.layout }
 // MemOptions configures a MemStore handle.
 type MemOptions struct {
 	// TTL is how long a claim lasts after it was made or last renewed,
-	// by the real clock. 0: claims never lapse while their handle lives
-	// (file locks) and Kill frees them, as a process's death frees its
-	// locks.
+	// by the real clock: 0, or at least 1.5 s (a lease must hold a whole
+	// second). 0: claims never lapse while their handle lives (file
+	// locks) and Kill frees them, as a process's death frees its locks.
 	TTL time.Duration
 	// Promise is StoreInfo.Promise, how far ahead holders record the
 	// seconds they may use (0: TTL). It must be at least TTL.
@@ -101,8 +101,8 @@ func (b *MemBackend) Open(o MemOptions) (*MemStore, error) {
 		o.Promise = o.TTL
 	}
 	switch {
-	case o.TTL < 0:
-		return nil, errors.New("leasetest: negative TTL")
+	case o.TTL < 0 || (o.TTL > 0 && o.TTL < 1500*time.Millisecond):
+		return nil, fmt.Errorf("leasetest: a TTL of %v: want 0 (claims that never lapse) or at least 1.5s", o.TTL)
 	case o.Promise <= 0:
 		return nil, errors.New("leasetest: a store whose claims never lapse needs a positive Promise")
 	case o.Promise < o.TTL:
