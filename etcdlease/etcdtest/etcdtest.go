@@ -1,0 +1,464 @@
+// Package etcdtest provides throwaway etcd servers for tests, in the spirit
+// of net/http/httptest.
+//
+// A [Server] is the real etcd program, started by the test binary itself:
+// a single-member cluster whose data lives in a new temporary directory,
+// listening for clients and peers on free ports of 127.0.0.1 only, with
+// short raft ticks (a heartbeat every 10 ms, elections after 100 ms) so that
+// it is ready, and ready again after a restart, within a fraction of a
+// second. The server is stopped by its process ID, never by name: SIGTERM,
+// then SIGKILL if it has not exited within 10 seconds. It also receives
+// SIGKILL if the test binary dies without stopping it.
+//
+// Besides starting and stopping, a test can do to the server what an
+// operator does to a production etcd: [Server.Kill] it (a crash),
+// [Server.Ctl] run etcdctl against it (etcdctl del --prefix /, say),
+// [Server.Snapshot] save a snapshot with etcdctl snapshot save, and
+// [Server.Restore] bring the member back from a snapshot with etcdctl
+// snapshot restore into a new data directory: the keyspace, its revision
+// and its leases go back to what the snapshot holds.
+//
+// The binaries are looked up by [Find]: etcd and etcdctl from the
+// directory $RANDFLAKE_ETCD_BIN names, else from PATH (Debian packages them
+// as etcd-server and etcd-client). Without them, [New] skips the test with a
+// message saying how to install them, unless [Required] reports that it
+// must not be skipped (the CI environment variable is set), in which case
+// the test fails.
+package etcdtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BinEnv is the environment variable that, when set, names the directory
+// holding etcd and etcdctl; [Find] then looks nowhere else.
+const BinEnv = "RANDFLAKE_ETCD_BIN"
+
+// DefaultClusterToken is the initial cluster token of a new server. The
+// cluster ID derives from it and from the member's name and peer URL, so a
+// member restored from a snapshot under the same token has the same
+// cluster ID as before.
+const DefaultClusterToken = "randflake-etcdtest"
+
+// ErrNotFound is returned, wrapped in an error saying how to install the
+// binaries, by [Find] and [Start] when etcd or etcdctl is not found.
+var ErrNotFound = errors.New("no etcd binaries (etcd, etcdctl)")
+
+const installHint = "install them (Debian: apt-get install etcd-server etcd-client) or set $" + BinEnv + " to their directory"
+
+// memberName is the name of the single member.
+const memberName = "randflake-test"
+
+// Find returns the paths of the etcd and etcdctl binaries: those in the
+// directory $RANDFLAKE_ETCD_BIN ([BinEnv]) names if it is set, else those
+// on PATH. If either is missing, the error wraps [ErrNotFound] and says how
+// to install them.
+func Find() (etcd, etcdctl string, err error) {
+	if d := os.Getenv(BinEnv); d != "" {
+		etcd, etcdctl = filepath.Join(d, "etcd"), filepath.Join(d, "etcdctl")
+		if isFile(etcd) && isFile(etcdctl) {
+			return etcd, etcdctl, nil
+		}
+		return "", "", fmt.Errorf("%w in $%s=%s; %s", ErrNotFound, BinEnv, d, installHint)
+	}
+	etcd, err1 := exec.LookPath("etcd")
+	etcdctl, err2 := exec.LookPath("etcdctl")
+	if err1 != nil || err2 != nil {
+		return "", "", fmt.Errorf("%w on PATH; %s", ErrNotFound, installHint)
+	}
+	return etcd, etcdctl, nil
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir()
+}
+
+// Required reports whether tests needing etcd must fail rather than be
+// skipped when there are no binaries: whether the CI environment variable
+// is set to anything but "", "false" or "0".
+func Required() bool {
+	ci := os.Getenv("CI")
+	return ci != "" && ci != "false" && ci != "0"
+}
+
+// Server is a throwaway etcd server for tests. Its methods may be called
+// from any goroutine.
+type Server struct {
+	etcd, etcdctl string
+	dir           string // temporary directory: data directories and the log
+	log           string // the server's log file
+	client, peer  int    // ports on 127.0.0.1
+
+	mu     sync.Mutex // serializes Start, Stop, Restore and Close
+	data   string     // the current data directory
+	token  string     // the initial cluster token of the current data
+	gen    int        // data directories made so far
+	cmd    *exec.Cmd  // the running etcd, nil when stopped
+	done   chan struct{}
+	closed bool
+}
+
+// Start creates a new single-member cluster in a new temporary directory
+// and starts a server on it, returning once it serves requests. The caller
+// must call [Server.Close]. Without binaries the error wraps [ErrNotFound].
+func Start() (*Server, error) {
+	etcd, etcdctl, err := Find()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "etcdtest-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{etcd: etcd, etcdctl: etcdctl, dir: dir, log: filepath.Join(dir, "etcd.log"), token: DefaultClusterToken}
+	s.data = s.newDataDir()
+	if s.client, err = freePort(); err == nil {
+		s.peer, err = freePort()
+	}
+	if err == nil {
+		err = s.Start()
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// New starts a server for t alone, closed when t and its subtests end.
+// Without binaries it skips t, or fails it when [Required]; it fails t if
+// the server does not start.
+func New(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start()
+	if errors.Is(err, ErrNotFound) && !Required() {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatalf("etcdtest: starting etcd: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// freePort returns a port of 127.0.0.1 the kernel chose, free when it
+// returns.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// newDataDir names a data directory not used yet.
+func (s *Server) newDataDir() string {
+	s.gen++
+	return filepath.Join(s.dir, fmt.Sprintf("data-%d", s.gen))
+}
+
+func (s *Server) peerURL() string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.peer))
+}
+
+// URL returns the client URL, http://127.0.0.1:PORT.
+func (s *Server) URL() string { return "http://" + s.Endpoint() }
+
+// Endpoint returns the client address, 127.0.0.1:PORT, for
+// clientv3.Config.Endpoints. It stays the same across [Server.Stop],
+// [Server.Start] and [Server.Restore].
+func (s *Server) Endpoint() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.client)) }
+
+// Dir returns the server's temporary directory, which holds its data
+// directories and its log; [Server.Close] removes it.
+func (s *Server) Dir() string { return s.dir }
+
+// DataDir returns the data directory the server runs on (a new one after
+// each [Server.Restore]).
+func (s *Server) DataDir() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.data
+}
+
+// ClusterToken returns the initial cluster token the current data
+// directory was created with.
+func (s *Server) ClusterToken() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.token
+}
+
+// Running reports whether the server process runs.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// PID returns the server's process ID, 0 when it is stopped.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Start starts a stopped server again, on the same ports and data, and
+// returns once it serves requests. It is an error to start a running or
+// closed server.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.startLocked()
+}
+
+func (s *Server) startLocked() error {
+	if s.closed {
+		return errors.New("etcdtest: Start of a closed server")
+	}
+	if s.cmd != nil {
+		return errors.New("etcdtest: Start of a running server")
+	}
+	lf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	fmt.Fprintf(lf, "--- etcdtest: starting etcd on %s at %s\n", s.data, time.Now().UTC().Format(time.RFC3339Nano))
+	peer := s.peerURL()
+	cmd := exec.Command(s.etcd,
+		"--name", memberName,
+		"--data-dir", s.data,
+		"--listen-client-urls", s.URL(), "--advertise-client-urls", s.URL(),
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", memberName+"="+peer,
+		"--initial-cluster-token", s.token,
+		"--initial-cluster-state", "new",
+		"--heartbeat-interval", "10", "--election-timeout", "100",
+		"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := spawn(cmd); err != nil {
+		return fmt.Errorf("etcdtest: starting %s: %w", s.etcd, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err = s.healthy(); err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			s.cmd = nil
+			return fmt.Errorf("etcdtest: etcd exited: %v\n%s", cmd.ProcessState, s.LogTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stopLocked(syscall.SIGKILL)
+			return fmt.Errorf("etcdtest: etcd not healthy after 30s: %v\n%s", err, s.LogTail())
+		}
+	}
+}
+
+// healthy asks the server's /health endpoint, which answers true once the
+// member has a leader and serves requests.
+func (s *Server) healthy() error {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(s.URL() + "/health")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"health":"true"`)) {
+		return fmt.Errorf("/health: %s %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// spawns carries start requests to the one goroutine that starts servers.
+// It stays locked to its OS thread for the life of the test binary: the
+// kernel sends the parent-death signal when the thread that forked the
+// child ends, not the process, and the Go runtime may end threads.
+var (
+	spawns     = make(chan spawnRequest)
+	spawnsOnce sync.Once
+)
+
+type spawnRequest struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawnsOnce.Do(func() {
+		go func() {
+			runtime.LockOSThread()
+			for r := range spawns {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
+	spawns <- r
+	return <-r.done
+}
+
+// Stop stops the server by its process ID, with SIGTERM (etcd then shuts
+// down cleanly), killing it if it has not exited within 10 seconds, and
+// returns once it has exited. The data stay, for [Server.Start]. Stopping
+// a stopped server does nothing.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopLocked(syscall.SIGTERM)
+}
+
+// Kill kills the server with SIGKILL, as a crash or an out-of-memory kill
+// would, and returns once it has exited. What it had acknowledged is on
+// its disk; [Server.Start] recovers it.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopLocked(syscall.SIGKILL)
+}
+
+func (s *Server) stopLocked(sig syscall.Signal) error {
+	cmd, done := s.cmd, s.done
+	if cmd == nil {
+		return nil
+	}
+	s.cmd = nil
+	var err error
+	if e := cmd.Process.Signal(sig); e != nil && !errors.Is(e, os.ErrProcessDone) {
+		err = fmt.Errorf("etcdtest: signalling etcd (pid %d): %w", cmd.Process.Pid, e)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		err = fmt.Errorf("etcdtest: etcd (pid %d) did not exit within 10s of %v and was killed", cmd.Process.Pid, sig)
+	}
+	return err
+}
+
+// Restart stops the server and starts it again on the same data.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stopLocked(syscall.SIGTERM); err != nil {
+		return err
+	}
+	return s.startLocked()
+}
+
+// Close stops the server, as [Server.Stop] does, and removes its temporary
+// directory. Closing a closed server does nothing.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.stopLocked(syscall.SIGTERM)
+	s.closed = true
+	os.RemoveAll(s.dir)
+}
+
+// Ctl runs etcdctl (API version 3) against the server with args, within
+// ctx, and returns its standard output; the error includes its standard
+// error. For example Ctl(ctx, "del", "--prefix", "/") deletes every key.
+func (s *Server) Ctl(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, s.etcdctl, append([]string{"--endpoints=" + s.URL(), "--dial-timeout=2s", "--command-timeout=10s"}, args...)...)
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("etcdctl %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// Snapshot saves a snapshot of the running server's keyspace to path, with
+// etcdctl snapshot save.
+func (s *Server) Snapshot(ctx context.Context, path string) error {
+	_, err := s.Ctl(ctx, "snapshot", "save", path)
+	return err
+}
+
+// RestoreOptions are the options of [Server.Restore].
+type RestoreOptions struct {
+	// ClusterToken is the initial cluster token of the restored member.
+	// Empty keeps the server's: the restored member then has the same
+	// member and cluster IDs as before, and clients cannot tell it from
+	// the server they knew but by its revision, which goes back to the
+	// snapshot's. Another token gives it a new cluster ID.
+	ClusterToken string
+}
+
+// Restore brings the server back from the snapshot at path, as an operator
+// does after a disaster: it stops the server (if it runs), restores the
+// snapshot with etcdctl snapshot restore into a new data directory, and
+// starts the server on it, on the same ports. The old data directory is
+// left as it was. The keyspace, its revision and its leases are the
+// snapshot's; etcd gives every restored lease a full TTL from the start.
+func (s *Server) Restore(ctx context.Context, path string, opts RestoreOptions) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("etcdtest: Restore of a closed server")
+	}
+	if err := s.stopLocked(syscall.SIGTERM); err != nil {
+		return err
+	}
+	token := opts.ClusterToken
+	if token == "" {
+		token = s.token
+	}
+	data := s.newDataDir()
+	peer := s.peerURL()
+	if _, err := s.Ctl(ctx, "snapshot", "restore", path, "--data-dir", data, "--name", memberName,
+		"--initial-cluster", memberName+"="+peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster-token", token); err != nil {
+		return err
+	}
+	s.data, s.token = data, token
+	return s.startLocked()
+}
+
+// LogTail returns the last 4 KB of the server's log (warnings and worse,
+// and a line per start), for failure messages.
+func (s *Server) LogTail() string {
+	b, _ := os.ReadFile(s.log)
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
