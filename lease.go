@@ -187,14 +187,34 @@ func StatefulSetSource(env string, nodesPerPod int64) (StaticSource, error) {
 	return StaticSource{FirstNode: ord * nodesPerPod, LastNode: (ord+1)*nodesPerPod - 1}, nil
 }
 
-// parseOrdinal reads "3" or "web-3" as 3.
+// ordinalRule is the rule parseOrdinal applies, for its errors.
+const ordinalRule = "want a pod name ending in -ORDINAL, or ORDINAL alone, where ORDINAL is 0 or a decimal number without a sign or a leading zero, and the name before the dash ends in a letter or digit"
+
+// parseOrdinal reads "3" or "web-3" as 3. The ordinal is 0 or a decimal
+// number without a sign or a leading zero, alone or after the last '-' of a
+// name whose part before that '-' ends in a letter or digit (as a
+// StatefulSet's name does). Anything else ("-1", "01", "web-01", "web--1",
+// " 3") is refused, since reading it as some ordinal could give two pods
+// the same node IDs.
 func parseOrdinal(s string) (int64, error) {
-	s = strings.TrimSpace(s)
+	num := s
 	if i := strings.LastIndexByte(s, '-'); i >= 0 {
-		s = s[i+1:]
+		name := s[:i]
+		if name == "" || !isAlnum(name[len(name)-1]) {
+			return 0, errors.New(ordinalRule)
+		}
+		num = s[i+1:]
 	}
-	if s == "" || strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
-		return 0, errors.New("no ordinal: want a number or a name ending in -NUMBER")
+	if num == "" || len(num) > 1 && num[0] == '0' || strings.IndexFunc(num, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
+		return 0, errors.New(ordinalRule)
 	}
-	return strconv.ParseInt(s, 10, 64)
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s (%q is out of range)", ordinalRule, num)
+	}
+	return n, nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }

@@ -57,6 +57,9 @@ func TestServeStatefulSetLastPod(t *testing.T) {
 	}
 }
 
+// ordinalRule is the rule the ordinal's errors state.
+const ordinalRule = "want a pod name ending in -ORDINAL, or ORDINAL alone, where ORDINAL is 0 or a decimal number without a sign or a leading zero, and the name before the dash ends in a letter or digit"
+
 // A pod without a usable ordinal, with one past the node IDs, or without
 // the fleet's secret does not start, and says why.
 func TestServeStatefulSetRefused(t *testing.T) {
@@ -68,7 +71,11 @@ func TestServeStatefulSetRefused(t *testing.T) {
 		want string
 	}{
 		{"unparsable ordinal", []string{"RANDFLAKE_ORDINAL=web-x"}, nil,
-			`--node-source statefulset: randflake: StatefulSet ordinal from $RANDFLAKE_ORDINAL \"web-x\": no ordinal: want a number or a name ending in -NUMBER (the ordinal comes from $RANDFLAKE_ORDINAL, else from a host name ending in -ORDINAL; at 1024 node IDs per pod, ordinals 0 to 127 fit)`},
+			`--node-source statefulset: randflake: StatefulSet ordinal from $RANDFLAKE_ORDINAL \"web-x\": want a pod name ending in -ORDINAL, or ORDINAL alone, where ORDINAL is 0 or a decimal number without a sign or a leading zero, and the name before the dash ends in a letter or digit (the ordinal comes from $RANDFLAKE_ORDINAL, else from a host name ending in -ORDINAL; at 1024 node IDs per pod, ordinals 0 to 127 fit)`},
+		{"negative ordinal", []string{"RANDFLAKE_ORDINAL=-1"}, nil, `\"-1\": ` + ordinalRule},
+		{"leading zero", []string{"RANDFLAKE_ORDINAL=01"}, nil, `\"01\": ` + ordinalRule},
+		{"pod name with a leading zero", []string{"RANDFLAKE_ORDINAL=web-01"}, nil, `\"web-01\": ` + ordinalRule},
+		{"pod name with a sign", []string{"RANDFLAKE_ORDINAL=web--1"}, nil, `\"web--1\": ` + ordinalRule},
 		{"ordinal past the node IDs", []string{"RANDFLAKE_ORDINAL=web-128"}, nil,
 			`--node-source statefulset: randflake: StatefulSet ordinal 128 x 1024 node IDs per pod exceeds the 131072 node IDs`},
 		{"ordinal past the node IDs at 8192 per pod", []string{"RANDFLAKE_ORDINAL=16"}, []string{"--nodes-per-pod", "8192"},
@@ -85,7 +92,7 @@ func TestServeStatefulSetRefused(t *testing.T) {
 			args []string
 			want string
 		}{"no ordinal", []string{"RANDFLAKE_ORDINAL="}, nil,
-			`StatefulSet ordinal from host name \"` + h + `\": no ordinal: want a number or a name ending in -NUMBER`})
+			`StatefulSet ordinal from host name \"` + h + `\": ` + ordinalRule})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
