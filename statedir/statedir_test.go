@@ -266,20 +266,23 @@ func TestSourceOptions(t *testing.T) {
 	if l := s.Store().Layout(); l != (randflake.BlockLayout{FirstNode: 128, LastNode: 383, Size: BlockSize}) {
 		t.Errorf("layout %+v", l)
 	}
-	for _, o := range []Options{
-		{FirstNode: 1, LastNode: 63},
-		{FirstNode: 0, LastNode: 64},
-		{FirstNode: 64, LastNode: 63},
-		{LastNode: randflake.MaxNode + 64},
-		{Nodes: -1},
-		{Nodes: 128, FirstNode: 0, LastNode: 63},
-		{Horizon: -time.Second},
+	for _, c := range []struct {
+		o     Options
+		store bool // bad for a Store too (a Store ignores Nodes)
+	}{
+		{Options{FirstNode: 1, LastNode: 63}, true},
+		{Options{FirstNode: 0, LastNode: 64}, true},
+		{Options{FirstNode: 64, LastNode: 63}, true},
+		{Options{LastNode: randflake.MaxNode + 64}, true},
+		{Options{Nodes: -1}, false},
+		{Options{Nodes: 128, FirstNode: 0, LastNode: 63}, false},
+		{Options{Horizon: -time.Second}, true},
 	} {
-		if _, err := d.Source(o); err == nil {
-			t.Errorf("Source(%+v) accepted", o)
+		if _, err := d.Source(c.o); err == nil {
+			t.Errorf("Source(%+v) accepted", c.o)
 		}
-		if _, err := d.Store(o); err == nil {
-			t.Errorf("Store(%+v) accepted", o)
+		if _, err := d.Store(c.o); (err == nil) == c.store {
+			t.Errorf("Store(%+v): %v", c.o, err)
 		}
 	}
 }

@@ -55,13 +55,14 @@ type storeClaim struct {
 }
 
 // Store returns the state directory as a randflake.BlockStore, with the
-// node range, horizon and secret origin of opts (Options.Nodes is the
-// engine's concern: BlockSourceConfig.Blocks). Most callers want Source,
-// which puts the lease engine on it.
+// node range, horizon and secret origin of opts (Options.Nodes is ignored:
+// the claim size is the engine's, BlockSourceConfig.Blocks). Most callers
+// want Source, which puts the lease engine on it.
 func (d *Dir) Store(opts Options) (*Store, error) {
 	if !flockSupported {
 		return nil, ErrUnsupported
 	}
+	opts.Nodes = BlockSize // not the store's concern: any claim size fits
 	c, err := opts.check()
 	if err != nil {
 		return nil, err
