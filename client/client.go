@@ -30,6 +30,20 @@
 // Redirects are followed only within the same scheme, host and port, at
 // most three in a row; any other redirect fails with ErrRedirect before a
 // request is sent to the other host.
+//
+// # TLS and tokens
+//
+// A service started with --tls-cert-file is reached at an https URL. The
+// TLS settings are those of Config.HTTPClient's Transport: RootCAs for a
+// service whose certificate is not signed by a CA the system trusts, and
+// Certificates for a service that requires client certificates
+// (--tls-client-ca-file); set ForceAttemptHTTP2 on an http.Transport with
+// a TLSClientConfig to use HTTP/2. A service started with
+// --issue-tokens-file needs Config.Token or Config.TokenFile, unless the
+// client certificate is enough for it. A token is sent only over https,
+// or to a loopback address, never in clear text across a network; a token
+// the service does not know is a *ServerError with StatusCode 401, which
+// Next returns at once.
 package client
 
 import (
@@ -42,6 +56,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -49,6 +64,8 @@ import (
 	"sync"
 	"time"
 	"unicode"
+
+	"github.com/randflake/randflake/statedir"
 )
 
 // Config configures a Client. Only URL or URLs is required.
@@ -65,8 +82,24 @@ type Config struct {
 	// timeout. The client given is not modified: requests go through a
 	// copy (sharing its Transport, Jar and Timeout) whose CheckRedirect
 	// refuses redirects to other hosts before calling the original
-	// CheckRedirect, if any.
+	// CheckRedirect, if any. TLS is configured here: an http.Transport
+	// whose TLSClientConfig has the service's CA in RootCAs and, for a
+	// service that requires client certificates, the client's in
+	// Certificates (see the package documentation and Example_tls).
 	HTTPClient *http.Client
+	// Token, if set, is sent with every request as "Authorization: Bearer
+	// TOKEN": one of the tokens of the service's --issue-tokens-file. It
+	// must be a bearer token (letters, digits, '-', '.', '_', '~', '+',
+	// '/', then '=' at the end only). Not with TokenFile.
+	Token string
+	// TokenFile, if set, names a file holding the token instead, with any
+	// white space around it (a final newline) ignored. It must be a
+	// private file, as randflake serve's own (mode 600, the user's or
+	// root's, not a link). New reads it, and it is read again before a
+	// request once a second has passed since the last read, so that a
+	// replaced token is used within a second; if it cannot be read then,
+	// the last token read is sent.
+	TokenFile string
 	// BatchSize is the number of IDs fetched per request (default 1,000).
 	// The service takes up to 10,000 in JSON and text and up to 1,048,576
 	// in the binary format (its --max-count and --max-binary-count).
@@ -167,6 +200,13 @@ var ErrClosed = errors.New("randflake/client: client closed")
 // fix the service's latency (or the network's).
 var ErrTooSlow = errors.New("randflake/client: ID service too slow for MaxAge")
 
+// maxTokenFile bounds a token file.
+const maxTokenFile = 4096
+
+// tokenReread is how long a token read from Config.TokenFile is used
+// before the file is read again.
+const tokenReread = time.Second
+
 // ErrRedirect means the service answered with a redirect the client does
 // not follow: one to another scheme, host or port, or more than three in a
 // row. Point the client at the final URL instead.
@@ -224,6 +264,7 @@ type Client struct {
 	cfg       Config
 	endpoints []endpoint
 	http      *http.Client
+	token     *tokenSource
 
 	mu           sync.Mutex
 	batches      []batch // oldest first
@@ -305,6 +346,20 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Format < FormatBinary || cfg.Format > FormatText {
 		return nil, fmt.Errorf("randflake/client: unknown %v", cfg.Format)
 	}
+	if cfg.Token != "" && cfg.TokenFile != "" {
+		return nil, errors.New("randflake/client: Token and TokenFile exclude each other")
+	}
+	ts := &tokenSource{file: cfg.TokenFile, token: cfg.Token}
+	if cfg.Token != "" {
+		if err := checkToken(cfg.Token); err != nil {
+			return nil, fmt.Errorf("randflake/client: Token: %w", err)
+		}
+	}
+	if cfg.TokenFile != "" {
+		if err := ts.read(time.Now()); err != nil {
+			return nil, err
+		}
+	}
 
 	query := url.Values{"count": {strconv.Itoa(cfg.BatchSize)}, "format": {"int"}}.Encode()
 	seen := map[string]bool{}
@@ -323,6 +378,9 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("randflake/client: %s: %s is listed twice", name, u.Redacted())
 		}
 		seen[key] = true
+		if (cfg.Token != "" || cfg.TokenFile != "") && !strings.EqualFold(u.Scheme, "https") && !isLoopback(u.Hostname()) {
+			return nil, fmt.Errorf("randflake/client: %s: %s is plain http to a host that is not this machine's loopback: a token is sent only over https", name, u.Redacted())
+		}
 		req := u.JoinPath("v1", "ids")
 		req.RawQuery = query
 		eps = append(eps, endpoint{base: u.Redacted(), url: req.String()})
@@ -336,7 +394,81 @@ func New(cfg Config) (*Client, error) {
 	}
 	hc.CheckRedirect = checkRedirect(hc.CheckRedirect)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Client{cfg: cfg, endpoints: eps, http: &hc, ctx: ctx, cancel: cancel}, nil
+	return &Client{cfg: cfg, endpoints: eps, http: &hc, token: ts, ctx: ctx, cancel: cancel}, nil
+}
+
+// isLoopback reports whether host (of a URL) is this machine's loopback.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tokenSource is the bearer token of the requests: Config.Token, or the
+// content of Config.TokenFile, read again after tokenReread.
+type tokenSource struct {
+	file string
+
+	mu     sync.Mutex
+	token  string
+	readAt time.Time
+}
+
+// get returns the token to send ("" for none).
+func (s *tokenSource) get() string {
+	if s.file == "" {
+		return s.token
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now := time.Now(); now.Sub(s.readAt) >= tokenReread {
+		// A file that cannot be read now (being replaced, say) leaves
+		// the last token: the service says if it is no longer good.
+		s.readLocked(now)
+	}
+	return s.token
+}
+
+// read reads the file, for New.
+func (s *tokenSource) read(now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readLocked(now)
+}
+
+func (s *tokenSource) readLocked(now time.Time) error {
+	s.readAt = now
+	b, err := statedir.ReadPrivateFile(s.file, maxTokenFile)
+	if err != nil {
+		return fmt.Errorf("randflake/client: TokenFile: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	clear(b)
+	if err := checkToken(token); err != nil {
+		return fmt.Errorf("randflake/client: TokenFile %s: %w", s.file, err)
+	}
+	s.token = token
+	return nil
+}
+
+// checkToken checks that token can be sent as a bearer token (RFC 6750's
+// b64token), without saying what it is.
+func checkToken(token string) error {
+	t := strings.TrimRight(token, "=")
+	if t == "" {
+		return errors.New("the token is empty")
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/'
+		if !ok {
+			return errors.New("the token has characters a bearer token cannot carry (white space, say): use letters, digits, '-', '.', '_', '~', '+' and '/', then '=' only at the end")
+		}
+	}
+	return nil
 }
 
 func defaultDuration(d *time.Duration, def time.Duration, name string) error {
@@ -662,6 +794,9 @@ func (c *Client) request(parent context.Context, ep endpoint, sent time.Time) ([
 		return fail(err)
 	}
 	req.Header.Set("Accept", c.cfg.Format.accept())
+	if token := c.token.get(); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fail(err)

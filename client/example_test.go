@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -110,4 +112,51 @@ func ExampleClient_Fetch() {
 	fmt.Println(len(ids), ids[0], ids[len(ids)-1])
 	// Output:
 	// 65536 1000 66535
+}
+
+// A service with TLS, and a token: the client trusts the service's CA
+// through its HTTPClient (here the test server's own certificate; a
+// client certificate for mutual TLS would go in Certificates) and sends
+// the token as a bearer token. TokenFile would read the token from a file.
+func Example_tls() {
+	const token = "example-token-0123456789"
+	ids := idService()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, `{"error":"a valid bearer token is required","kind":"unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		ids.ServeHTTP(w, r)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate()) // or the CA certificate, from its PEM file
+	hc := &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{
+				RootCAs:    roots,
+				MinVersion: tls.VersionTLS12,
+				// Certificates: []tls.Certificate{clientCert}, for a
+				// service with --tls-client-ca-file
+			},
+			ForceAttemptHTTP2: true, // HTTP/2 with a TLSClientConfig of one's own
+		},
+	}
+	c, err := client.New(client.Config{URL: srv.URL, HTTPClient: hc, Token: token, BatchSize: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	batch, err := c.Fetch(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(batch), batch[0])
+	// Output:
+	// 10 1000
 }

@@ -46,6 +46,8 @@ var (
 
 // loadContract loads and validates the OpenAPI document.
 func loadContract(data []byte) (*apiContract, error) {
+	// net/http's 431 over HTTP/2 is a short HTML page, read as text.
+	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(data)
 	if err != nil {
@@ -135,9 +137,11 @@ func (c *apiContract) checkUnrouted(status int, header http.Header, body []byte,
 	if len(body) == 0 {
 		return nil // HEAD
 	}
-	var v any
-	if err := json.Unmarshal(body, &v); err != nil {
-		return fmt.Errorf("body: %w", err)
+	var v any = string(body) // net/http's 431, in text or HTML
+	if strings.HasPrefix(header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(body, &v); err != nil {
+			return fmt.Errorf("body: %w", err)
+		}
 	}
 	return mt.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020())
 }
@@ -249,6 +253,13 @@ func TestContractCatchesViolations(t *testing.T) {
 		{get("GET", "/nope"), 404, js, `{"error":"not found","kind":"not_found"}`},
 		{get("POST", "/v1/ids"), 405, http.Header{"Content-Type": {"application/json"}, "Allow": {"GET"}}, `{"error":"method not allowed; allowed: GET","kind":"method_not_allowed"}`},
 		{get("GET", "/readyz"), 200, js, `{"status":"ready","lease_seconds_left":12}`},
+		{get("GET", "/v1/ids"), 401, http.Header{"Content-Type": {"application/json"}, "Www-Authenticate": {`Bearer realm="randflake"`}},
+			`{"error":"a valid bearer token or client certificate is required","kind":"unauthorized"}`},
+		{get("GET", "/v1/ids?count=5"), 429, http.Header{"Content-Type": {"application/json"}, "Retry-After": {"3"}, "Cache-Control": {"no-store"}},
+			`{"error":"over this client's share","kind":"quota"}`},
+		{get("GET", "/healthz"), 431, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "431 Request Header Fields Too Large"},
+		{get("GET", "/v1/ids"), 431, http.Header{"Content-Type": {"text/html; charset=utf-8"}}, "<h1>HTTP Error 431</h1>"},
+		{get("GET", "/nope"), 431, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, "431 Request Header Fields Too Large"},
 	}
 	for _, g := range good {
 		if err := c.check(g.req, g.status, g.header, []byte(g.body)); err != nil {
@@ -274,6 +285,14 @@ func TestContractCatchesViolations(t *testing.T) {
 		{get("POST", "/v1/ids"), 405, js, `{"error":"x","kind":"method_not_allowed"}`, "Allow"},
 		{get("GET", "/v1/ids/abc"), 401, js, `{"error":"x","kind":"unauthorized"}`, "WWW-Authenticate"},
 		{get("GET", "/healthz"), 503, js, `{"error":"x","kind":"not_ready"}`, "status"},
+		{get("GET", "/v1/ids"), 401, js, `{"error":"x","kind":"unauthorized"}`, "WWW-Authenticate"},
+		{get("GET", "/v1/ids"), 401, http.Header{"Content-Type": {"application/json"}, "Www-Authenticate": {`Bearer realm="randflake"`}}, `{"error":"x","kind":"quota"}`, ""},
+		{get("GET", "/v1/ids"), 429, js, `{"error":"x","kind":"quota"}`, "Retry-After"},
+		{get("GET", "/v1/ids"), 429, http.Header{"Content-Type": {"application/json"}, "Retry-After": {"0"}}, `{"error":"x","kind":"quota"}`, "Retry-After"},
+		{get("GET", "/v1/ids"), 429, http.Header{"Content-Type": {"application/json"}, "Retry-After": {"2"}}, `{"error":"x","kind":"exhausted"}`, ""},
+		{get("GET", "/v1/ids"), 431, js, `{"error":"x","kind":"headers_too_large"}`, "Content-Type"},
+		{get("GET", "/nope"), 431, js, `{"error":"x","kind":"headers_too_large"}`, "content type"},
+		{get("GET", "/healthz"), 500, js, `{"error":"x","kind":"internal"}`, "status"},
 	}
 	for _, b := range bad {
 		err := c.check(b.req, b.status, b.header, []byte(b.body))

@@ -28,7 +28,6 @@ func loadService(t *testing.T) string {
 	}
 	ts := httptest.NewUnstartedServer(s)
 	s.Configure(ts.Config)
-	ts.Listener = s.Listener(ts.Listener)
 	ts.Start()
 	t.Cleanup(ts.Close)
 	return ts.URL

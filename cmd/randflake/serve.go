@@ -19,9 +19,11 @@ import (
 	"github.com/randflake/randflake/statedir"
 )
 
-const serveUsage = `serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS | --postgres-dsn DSN] [flags]
+const serveUsage = `serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS | --postgres-dsn DSN]
+      [--tls-cert-file FILE --tls-key-file FILE [--tls-client-ca-file FILE]] [--ops-listen ADDR]
+      [--issue-tokens-file FILE] [--client-rate N [--client-burst N]] [flags]
 
-Serves IDs over HTTP:
+Serves IDs over HTTP, or HTTPS with HTTP/2:
   GET /v1/ids?count=N[&format=string|int]  N new IDs (JSON {"ids":[...]}, or one
                                            per line with Accept: text/plain, or
                                            8 bytes each, big-endian, with Accept:
@@ -34,7 +36,27 @@ Serves IDs over HTTP:
                                            Prometheus metrics
   GET /openapi.yaml                        this API's OpenAPI 3.1 description
 Errors are JSON {"error":MESSAGE,"kind":KIND}; the cause goes to the log only.
-A request head (request line and headers) over 16 KiB gets 431.
+A request head over 16 KiB (HTTP/1.1: past 20 KiB, net/http's read buffer
+included) gets net/http's plain-text 431.
+
+TLS: --tls-cert-file and --tls-key-file (PEM, both or neither) serve HTTPS,
+TLS 1.2 or later, HTTP/2 or HTTP/1.1 by ALPN. --tls-client-ca-file requires
+client certificates signed by its CAs (mutual TLS). The files are read
+again on SIGHUP and whenever their content changes (checked every 2 s), a
+new certificate serving new connections while open ones go on; a reload
+that fails keeps the current files and logs why.
+--ops-listen ADDR serves /healthz, /readyz and /metrics, and nothing else,
+in plain HTTP on a second address, for probes and Prometheus when the main
+one needs TLS or client certificates; /metrics then leaves the main address.
+
+Who may issue: with --issue-tokens-file (a private file, one "NAME TOKEN"
+a line, tokens of 16 characters or more, # comments; read again on SIGHUP
+and on change), GET /v1/ids needs "Authorization: Bearer TOKEN" with a
+listed token, or a verified client certificate; else 401. A client is its
+token's name, else its certificate's common name (else first DNS name),
+else its address. --client-rate N gives each client N IDs a second, in
+bursts of up to --client-burst IDs (default N): a request over its share
+gets 429 with Retry-After, one for more than the burst gets 400.
 
 Node IDs (--node-source): statedir, the state directory's file locks (the
 default); static, the range of --nodes (implied by it); etcd, claims at
@@ -50,18 +72,26 @@ Every flag can also be set by the variable beside it in brackets; the
 command line wins, and an empty variable counts as unset.
 
 Logs go to standard error (--log-format text or json): the lease's events,
-failures behind 5xx answers, waits for node IDs, and with --access-log one
-line per request. SIGTERM or SIGINT: finish requests in flight, release the
-node IDs, exit 0; also while still waiting for node IDs. A second signal
-stops at once.`
+failures behind 5xx answers, refused clients, reloads, waits for node IDs,
+and with --access-log one line per request. SIGTERM or SIGINT: finish
+requests in flight, release the node IDs, exit 0; also while still waiting
+for node IDs. A second signal stops at once. SIGHUP: read the TLS and
+issue tokens files again.`
 
 // serveCmd is randflake serve: the HTTP ID service. Its flags become a
 // serveConfig (config), which runs until a signal (serveConfig.run).
 type serveCmd struct {
 	listen        string
+	opsListen     string
 	maxCount      int
 	maxBinary     int
 	tokenFile     string
+	tlsCert       string
+	tlsKey        string
+	tlsClientCA   string
+	issueTokens   string
+	clientRate    int64
+	clientBurst   int64
 	grace         time.Duration
 	headerTimeout time.Duration
 	idleTimeout   time.Duration
@@ -75,6 +105,13 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxCount, "max-count", 10000, "largest count a request may ask for")
 	fs.IntVar(&c.maxBinary, "max-binary-count", server.DefaultMaxBinaryCount, "largest count a request for binary IDs (Accept: application/octet-stream, 8 bytes per ID) may ask for")
 	fs.StringVar(&c.tokenFile, "inspect-token-file", "", "file holding the bearer token that enables GET /v1/ids/{id} ($RANDFLAKE_INSPECT_TOKEN_FILE)")
+	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key-file")
+	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM private key of --tls-cert-file (a private file: mode 600)")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca-file", "", "PEM CA certificates: require client certificates they signed (mutual TLS)")
+	fs.StringVar(&c.opsListen, "ops-listen", "", "also serve /healthz, /readyz and /metrics (only) in plain HTTP on this address; /metrics leaves --listen")
+	fs.StringVar(&c.issueTokens, "issue-tokens-file", "", `private file of the clients that may issue, one "NAME TOKEN" a line: GET /v1/ids then needs one as a bearer token, or a client certificate`)
+	fs.Int64Var(&c.clientRate, "client-rate", 0, "each client's share: IDs a second (0: no shares)")
+	fs.Int64Var(&c.clientBurst, "client-burst", 0, "with --client-rate: the most IDs a client may take at once (default: the rate)")
 	fs.DurationVar(&c.grace, "shutdown-timeout", 10*time.Second, "how long to wait for requests in flight on shutdown")
 	fs.DurationVar(&c.headerTimeout, "header-timeout", 5*time.Second, "how long a client may take to send its request headers")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 60*time.Second, "how long an idle keep-alive connection stays open")
@@ -102,7 +139,12 @@ func (c *serveCmd) run(e *env, args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	context.AfterFunc(ctx, stop)
-	if err := cfg.run(ctx, e); err != nil {
+	// SIGHUP reloads the TLS and issue tokens files, from the start:
+	// also while waiting for node IDs, it does not end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	if err := cfg.run(ctx, e, hup); err != nil {
 		// In the log's format, for whatever reads the log.
 		cfg.log.Error("serve failed", "err", err)
 		return errReported
@@ -112,13 +154,19 @@ func (c *serveCmd) run(e *env, args []string) error {
 
 // serveConfig is what the service runs with, checked.
 type serveConfig struct {
-	log       *slog.Logger
-	listen    string
-	tokenFile string        // the inspection token's file; "" for none
-	server    server.Config // without Generator, LeaseEnd and InspectToken
-	http      *http.Server  // the timeouts and the error log
-	grace     time.Duration // for requests in flight on shutdown
-	gen       *generatorFlags
+	log         *slog.Logger
+	listen      string
+	opsListen   string        // "" for no operations listener
+	tokenFile   string        // the inspection token's file; "" for none
+	tlsCert     string        // "" for plain HTTP
+	tlsKey      string        // with tlsCert
+	tlsClientCA string        // "" for no client certificates
+	issueTokens string        // "" for no issue tokens
+	server      server.Config // without Generator, LeaseEnd, InspectToken and IssueTokens
+	http        *http.Server  // the timeouts and the error log
+	ops         *http.Server  // of the operations listener, with opsListen
+	grace       time.Duration // for requests in flight on shutdown
+	gen         *generatorFlags
 }
 
 // config checks the flags and makes the service's configuration. It reads
@@ -130,6 +178,21 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 	if c.maxBinary < 1 {
 		return nil, usagef("--max-binary-count must be positive")
 	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, usagef("--tls-cert-file and --tls-key-file go together: give both, or neither")
+	}
+	if c.tlsClientCA != "" && c.tlsCert == "" {
+		return nil, usagef("--tls-client-ca-file needs --tls-cert-file and --tls-key-file: client certificates are asked for over TLS only")
+	}
+	if c.clientRate < 0 || c.clientBurst < 0 {
+		return nil, usagef("--client-rate and --client-burst must not be negative")
+	}
+	if c.clientBurst > 0 && c.clientRate == 0 {
+		return nil, usagef("--client-burst needs --client-rate")
+	}
+	if c.opsListen != "" && c.opsListen == c.listen {
+		return nil, usagef("--ops-listen must be another address than --listen")
+	}
 	if err := c.gen.lease.check(); err != nil {
 		return nil, err
 	}
@@ -140,20 +203,32 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 	if err := randflake.KernelOverrideError(); err != nil {
 		log.Warn("RANDFLAKE_KERNEL not honoured", "err", err)
 	}
-	cfg := &serveConfig{
-		log:       log,
-		listen:    c.listen,
-		tokenFile: c.tokenFile,
-		server:    server.Config{MaxCount: c.maxCount, MaxBinaryCount: c.maxBinary, Logger: log},
-		http: &http.Server{
+	newHTTP := func() *http.Server {
+		return &http.Server{
 			ReadHeaderTimeout: c.headerTimeout,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
 			IdleTimeout:       c.idleTimeout,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		},
+		}
+	}
+	cfg := &serveConfig{
+		log:         log,
+		listen:      c.listen,
+		opsListen:   c.opsListen,
+		tokenFile:   c.tokenFile,
+		tlsCert:     c.tlsCert,
+		tlsKey:      c.tlsKey,
+		tlsClientCA: c.tlsClientCA,
+		issueTokens: c.issueTokens,
+		server: server.Config{MaxCount: c.maxCount, MaxBinaryCount: c.maxBinary, Logger: log,
+			ClientRate: c.clientRate, ClientBurst: c.clientBurst, SeparateOps: c.opsListen != ""},
+		http:  newHTTP(),
 		grace: c.grace,
 		gen:   &c.gen,
+	}
+	if c.opsListen != "" {
+		cfg.ops = newHTTP()
 	}
 	if cfg.tokenFile == "" {
 		cfg.tokenFile = e.getenv("RANDFLAKE_INSPECT_TOKEN_FILE")
@@ -167,14 +242,33 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 // maxTokenFile bounds the inspection token file.
 const maxTokenFile = 4096
 
-// run acquires node IDs and serves until ctx is done, then shuts down:
-// requests in flight finish (within cfg.grace) and the node IDs are
-// released.
-func (cfg *serveConfig) run(ctx context.Context, e *env) error {
+// run reads the files, acquires node IDs and serves until ctx is done,
+// then shuts down: requests in flight finish (within cfg.grace) and the
+// node IDs are released. Each signal on hup reloads the files.
+func (cfg *serveConfig) run(ctx context.Context, e *env, hup <-chan os.Signal) error {
 	token, err := readToken(cfg.tokenFile)
 	if err != nil {
 		return err
 	}
+	var reload []reloadable
+	var tlsf *tlsFiles
+	if cfg.tlsCert != "" {
+		if tlsf, err = loadTLSFiles(cfg.tlsCert, cfg.tlsKey, cfg.tlsClientCA, cfg.log); err != nil {
+			return err
+		}
+		reload = append(reload, tlsf)
+	}
+	var tokensFile *issueTokensFile
+	if cfg.issueTokens != "" {
+		if tokensFile, cfg.server.IssueTokens, err = loadIssueTokens(cfg.issueTokens, cfg.log); err != nil {
+			return err
+		}
+		reload = append(reload, tokensFile)
+	}
+	wctx, stopWatching := context.WithCancel(context.Background())
+	defer stopWatching()
+	go watchFiles(wctx, cfg.log, hup, reload)
+
 	g, err := cfg.gen.open(ctx, e, cfg.log)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -194,21 +288,49 @@ func (cfg *serveConfig) run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	if tokensFile != nil {
+		tokensFile.set = srv.SetIssueTokens
+	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(cfg.http, ln) }()
-	cfg.log.Info("serving", "addr", ln.Addr().String(), "nodes", g.Describe())
+	var opsLn net.Listener
+	if cfg.ops != nil {
+		if opsLn, err = net.Listen("tcp", cfg.opsListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("--ops-listen: %w", err)
+		}
+	}
+	errc := make(chan error, 2)
+	srv.Configure(cfg.http)
+	if tlsf != nil {
+		cfg.http.TLSConfig = tlsf.serverConfig()
+		go func() { errc <- cfg.http.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- cfg.http.Serve(ln) }()
+	}
+	cfg.log.Info("serving", "addr", ln.Addr().String(), "nodes", g.Describe(), "tls", tlsf != nil)
+	if opsLn != nil {
+		srv.ConfigureOps(cfg.ops)
+		go func() { errc <- cfg.ops.Serve(opsLn) }()
+		cfg.log.Info("serving operations", "addr", opsLn.Addr().String())
+	}
 	select {
 	case err := <-errc:
+		cfg.http.Close()
+		if cfg.ops != nil {
+			cfg.ops.Close()
+		}
 		return err
 	case <-ctx.Done():
 	}
 	cfg.log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.grace)
 	defer cancel()
+	if cfg.ops != nil {
+		defer cfg.ops.Shutdown(sctx)
+	}
 	if err := cfg.http.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

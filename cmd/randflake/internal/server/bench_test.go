@@ -96,7 +96,6 @@ func BenchmarkLoopback(b *testing.B) {
 			ts := httptest.NewUnstartedServer(c.h)
 			if c.wrap {
 				s.Configure(ts.Config)
-				ts.Listener = s.Listener(ts.Listener)
 			}
 			ts.Start()
 			defer ts.Close()

@@ -105,10 +105,14 @@ func qValue(params string) (q float64, ok bool) {
 // Config.MaxBinaryCount; format is checked as for the other formats but
 // has no effect (there is only one binary form), so that a client may ask
 // for "binary, else decimal text" in one request.
-func (s *Server) binaryIDs(w *recorder, r *http.Request) {
+func (s *Server) binaryIDs(w *recorder, r *http.Request, c caller) {
 	q, msg := parseIDsQuery(r.URL.RawQuery, s.maxBinaryCount())
 	if msg != "" {
 		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
+		return
+	}
+	charged, ok := s.admit(w, r, c, q.count)
+	if !ok {
 		return
 	}
 	bp := chunks.Get().(*[]int64)
@@ -134,7 +138,10 @@ func (s *Server) binaryIDs(w *recorder, r *http.Request) {
 				continue
 			}
 			if sent == 0 {
-				// Nothing sent yet: the usual JSON error.
+				// Nothing sent yet: the usual JSON error, and the IDs
+				// of this chunk are not handed out (those of the
+				// share are given back).
+				s.refund(charged, q.count)
 				s.generateFailed(w, q.count, err)
 				return
 			}
@@ -157,6 +164,7 @@ func (s *Server) binaryIDs(w *recorder, r *http.Request) {
 		}
 		_, werr := w.Write(unsafe.Slice((*byte)(unsafe.Pointer(&chunk[0])), 8*len(chunk)))
 		s.issued.Add(float64(len(chunk)))
+		c.stats.issued.Add(float64(len(chunk)))
 		left -= len(chunk)
 		if werr != nil {
 			return // the client went away; net/http closes the connection

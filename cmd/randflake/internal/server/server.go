@@ -1,6 +1,7 @@
 // Package server is the HTTP ID service of `randflake serve`: batches of
-// IDs, optional inspection for the secret's holders, health, readiness and
-// Prometheus metrics.
+// IDs for the clients that may issue them (clients.go), within each
+// client's share (ratelimit.go), optional inspection for the secret's
+// holders, health, readiness and Prometheus metrics.
 //
 // # Errors
 //
@@ -12,15 +13,19 @@
 //
 //	kind                status  when
 //	bad_request         400     malformed query string, unknown or repeated
-//	                            parameter, count or format out of range,
-//	                            not an ID
-//	unauthorized        401     GET /v1/ids/{id} without the inspection token
+//	                            parameter, count or format out of range
+//	                            (also: above a client's burst), not an ID
+//	unauthorized        401     GET /v1/ids without a valid issue token or
+//	                            client certificate (with IssueTokens);
+//	                            GET /v1/ids/{id} without the inspection
+//	                            token (WWW-Authenticate: Bearer)
 //	not_found           404     unknown path, including non-canonical forms
 //	                            of known ones (//healthz, /./healthz, a
 //	                            trailing slash); inspection disabled
 //	method_not_allowed  405     a method the path does not take (the Allow
 //	                            header lists those it does); HEAD on /v1/ids
-//	headers_too_large   431     a request head over MaxHeaderBytes
+//	quota               429     the client's share (ClientRate) has not
+//	                            count IDs left now (Retry-After: seconds)
 //	exhausted           503     this second's sequence numbers are used up
 //	                            (Retry-After: 1)
 //	clock               503     the clock reads earlier than IDs already
@@ -30,6 +35,9 @@
 //	unavailable         503     the generator is closed (shutting down)
 //	not_ready           503     GET /readyz without a valid lease
 //	internal            500     any other failure of the generator
+//
+// A request head over MaxHeaderBytes never reaches the handler: net/http
+// answers it with its own 431, in plain text (HTTP/1.1) or HTML (HTTP/2).
 //
 // openapi.yaml (served at GET /openapi.yaml, embedded as OpenAPI)
 // describes every route, answer and error.
@@ -47,6 +55,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,10 +68,10 @@ import (
 // sent.
 const (
 	KindBadRequest       = "bad_request"        // 400: the request's query or ID is not acceptable
-	KindUnauthorized     = "unauthorized"       // 401: no valid inspection token
+	KindUnauthorized     = "unauthorized"       // 401: no valid issue token or client certificate, or inspection token
 	KindNotFound         = "not_found"          // 404: no such path, or inspection disabled
 	KindMethodNotAllowed = "method_not_allowed" // 405: the path does not take the method
-	KindHeadersTooLarge  = "headers_too_large"  // 431: request head over MaxHeaderBytes
+	KindQuota            = "quota"              // 429: over the client's share of IDs
 	KindExhausted        = "exhausted"          // 503: this second's sequence numbers are used up
 	KindClock            = "clock"              // 503: the clock is behind IDs already issued
 	KindLease            = "lease"              // 503: no valid node-ID lease
@@ -112,6 +121,22 @@ type Config struct {
 	// succeeded and failed, for the randflake_lease_renewals_total and
 	// randflake_lease_renewal_failures_total metrics.
 	LeaseRenewals func() (renewed, failed uint64)
+	// IssueTokens, if set, are the clients that may issue IDs with a
+	// bearer token; a verified client certificate (mutual TLS) is enough
+	// too. Nil lets anyone who reaches the service issue. SetIssueTokens
+	// replaces them.
+	IssueTokens *IssueTokens
+	// ClientRate, if positive, is each client's share: IDs a second, with
+	// bursts of up to ClientBurst IDs (ratelimit.go). Zero sets no share.
+	ClientRate int64
+	// ClientBurst is the most IDs a client may take at once, and the
+	// largest count it may ask for, with ClientRate (default ClientRate,
+	// one second's share).
+	ClientBurst int64
+	// SeparateOps moves /metrics to OpsHandler: the main handler answers
+	// 404 for it, so that the per-client metrics are not served to every
+	// client. /healthz and /readyz stay on both.
+	SeparateOps bool
 }
 
 // Server serves the ID API. Create it with New.
@@ -124,6 +149,9 @@ type Server struct {
 	errs    *prometheus.CounterVec
 	ops     opsMetrics
 	limited logLimiter
+	clients *clients
+	tokens  atomic.Pointer[IssueTokens]
+	limit   *limiter // nil without ClientRate
 }
 
 // New returns a server for cfg.
@@ -137,6 +165,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxCount < 1 || cfg.MaxBinaryCount < 0 {
 		return nil, errors.New("server: MaxCount and MaxBinaryCount must be positive")
 	}
+	if cfg.ClientRate < 0 || cfg.ClientBurst < 0 || cfg.ClientBurst > 0 && cfg.ClientRate == 0 {
+		return nil, errors.New("server: ClientRate and ClientBurst must be positive, and ClientBurst needs ClientRate")
+	}
+	if cfg.ClientRate > 0 && cfg.ClientBurst == 0 {
+		cfg.ClientBurst = cfg.ClientRate
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -146,6 +180,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s.tokens.Store(cfg.IssueTokens)
+	if cfg.ClientRate > 0 {
+		s.limit = newLimiter(cfg.ClientRate, cfg.ClientBurst, cfg.Now)
 	}
 	s.issued = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "randflake_ids_issued_total", Help: "IDs handed out.",
@@ -173,6 +211,10 @@ func New(cfg Config) (*Server, error) {
 	if err := s.registerOps(); err != nil {
 		return nil, err
 	}
+	var err error
+	if s.clients, err = newClients(cfg.Registry); err != nil {
+		return nil, err
+	}
 	s.metrics = promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})
 	return s, nil
 }
@@ -181,15 +223,15 @@ func New(cfg Config) (*Server, error) {
 // exact path: there are no redirects, and a non-canonical path is not
 // found.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.serve(w, r, s.route)
+}
+
+// serve answers r with route, and counts and logs the answer.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, route func(*recorder, *http.Request)) {
 	rec := recorders.Get().(*recorder)
 	*rec = recorder{ResponseWriter: w}
 	start := time.Now() // for http_request_duration_seconds and the access log
-	if c, ok := r.Context().Value(connKey{}).(*headConn); ok && c.unsure.Load() {
-		// The head-size limit lost track of the framing (a chunked body,
-		// say; no endpoint takes a body): end the connection here.
-		w.Header().Set("Connection", "close")
-	}
-	s.route(rec, r)
+	route(rec, r)
 	d := time.Since(start)
 	s.observe(r.URL.Path, rec.status, d)
 	if s.cfg.AccessLog != nil {
@@ -222,7 +264,9 @@ func (s *Server) route(w *recorder, r *http.Request) {
 			s.ready(w, r)
 		}
 	case "/metrics":
-		if s.method(w, r, "GET, HEAD") {
+		if s.cfg.SeparateOps {
+			s.fail(w, http.StatusNotFound, KindNotFound, "not found")
+		} else if s.method(w, r, "GET, HEAD") {
 			s.metrics.ServeHTTP(w, r)
 		}
 	case "/openapi.yaml":
@@ -238,6 +282,26 @@ func (s *Server) route(w *recorder, r *http.Request) {
 		if s.method(w, r, "GET, HEAD") {
 			s.inspect(w, r, id)
 		}
+	}
+}
+
+// routeOps routes the requests of OpsHandler.
+func (s *Server) routeOps(w *recorder, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		if s.method(w, r, "GET, HEAD") {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}
+	case "/readyz":
+		if s.method(w, r, "GET, HEAD") {
+			s.ready(w, r)
+		}
+	case "/metrics":
+		if s.method(w, r, "GET, HEAD") {
+			s.metrics.ServeHTTP(w, r)
+		}
+	default:
+		s.fail(w, http.StatusNotFound, KindNotFound, "not found")
 	}
 }
 
@@ -352,13 +416,21 @@ func parseCount(s string) (int, bool) {
 // ids serves GET /v1/ids?count=N[&format=string|int], in JSON, text or
 // (binary.go) the binary format.
 func (s *Server) ids(w *recorder, r *http.Request) {
+	c, ok := s.identify(w, r)
+	if !ok {
+		return
+	}
 	if wantsBinary(r) {
-		s.binaryIDs(w, r) // binary.go
+		s.binaryIDs(w, r, c) // binary.go
 		return
 	}
 	q, msg := parseIDsQuery(r.URL.RawQuery, s.cfg.MaxCount)
 	if msg != "" {
 		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
+		return
+	}
+	charged, ok := s.admit(w, r, c, q.count)
+	if !ok {
 		return
 	}
 	// Up to smallBatch IDs, both buffers are reused: no allocation.
@@ -374,11 +446,13 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 	n, err := s.cfg.Generator.GenerateBatch(ids)
 	if err != nil {
 		// A partial batch is not handed out: the caller asked for count.
+		s.refund(charged, q.count)
 		s.generateFailed(w, q.count, err)
 		return
 	}
 	ids = ids[:n]
 	s.issued.Add(float64(n))
+	c.stats.issued.Add(float64(n))
 	s.batches.Observe(float64(n))
 	// The header values are shared slices (see headerBinary): no
 	// canonicalization and no allocation per request.
@@ -490,7 +564,7 @@ func (s *Server) inspect(w *recorder, r *http.Request, raw string) {
 	auth := r.Header.Get("Authorization")
 	token, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.InspectToken)) != 1 {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="randflake"`)
+		w.Header().Set("WWW-Authenticate", wwwAuthenticate)
 		s.fail(w, http.StatusUnauthorized, KindUnauthorized, "a valid bearer token is required")
 		return
 	}
@@ -555,6 +629,9 @@ func (s *Server) logAccess(rec *recorder, method, path, remote string, d time.Du
 	}
 	attrs := []any{"method", method, "path", path, "status", status, "bytes", rec.bytes,
 		"duration", d, "remote", remote}
+	if rec.client != "" {
+		attrs = append(attrs, "client", rec.client)
+	}
 	if rec.kind != "" {
 		attrs = append(attrs, "kind", rec.kind)
 	}
@@ -567,7 +644,8 @@ type recorder struct {
 	status int
 	bytes  int64
 	kind   string
-	abort  bool // the answer is incomplete: abort the connection
+	client string // the named client of a request to issue
+	abort  bool   // the answer is incomplete: abort the connection
 }
 
 // WriteHeader records the first status and sends it on.

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/randflake/randflake/cmd/randflake/internal/server"
+	"github.com/randflake/randflake/statedir"
+)
+
+// serve's --issue-tokens-file: the clients that may issue, one "NAME
+// TOKEN" a line (server.IssueTokens has the format). It is a private file,
+// read with the checks of the secret file, at start and again on SIGHUP
+// and whenever its content changes (reload.go). A reload that fails keeps
+// the clients of the last good content and logs why; no message holds a
+// token.
+
+// maxTokensFile bounds the issue tokens file.
+const maxTokensFile = 1 << 20
+
+// issueTokensFile is the issue tokens file of a running serve.
+type issueTokensFile struct {
+	path string
+	log  *slog.Logger
+	set  func(*server.IssueTokens) // makes new tokens current
+
+	mu      sync.Mutex
+	loaded  [sha256.Size]byte // digest of the content of the current tokens
+	failed  [sha256.Size]byte // failureKey of the last reload, if it failed
+	failing bool
+}
+
+// loadIssueTokens reads the file at start.
+func loadIssueTokens(path string, log *slog.Logger) (*issueTokensFile, *server.IssueTokens, error) {
+	f := &issueTokensFile{path: path, log: log}
+	tokens, digest, err := f.read()
+	if err != nil {
+		return nil, nil, err
+	}
+	f.loaded = digest
+	log.Info("issue tokens loaded: issuing needs a listed token or a client certificate", "clients", tokens.Len())
+	return f, tokens, nil
+}
+
+// read reads and parses the file; the digest covers what was read.
+func (f *issueTokensFile) read() (*server.IssueTokens, [sha256.Size]byte, error) {
+	data, err := statedir.ReadPrivateFile(f.path, maxTokensFile)
+	if err != nil {
+		return nil, [sha256.Size]byte{}, fmt.Errorf("--issue-tokens-file: %w", err)
+	}
+	defer clear(data)
+	digest := sha256.Sum256(data)
+	tokens, err := server.ParseIssueTokens(data)
+	if err != nil {
+		return nil, digest, fmt.Errorf("--issue-tokens-file %s: %w", f.path, err)
+	}
+	return tokens, digest, nil
+}
+
+// reload reads the file again; as tlsFiles.reload, with the clients'
+// number in the log instead of the certificate.
+func (f *issueTokensFile) reload(trigger string, force bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tokens, digest, err := f.read()
+	switch {
+	case err != nil:
+		key := failureKey(digest, err)
+		if force || !f.failing || key != f.failed {
+			f.log.Warn("issue tokens not reloaded; the current clients stay", "trigger", trigger, "err", err)
+		}
+		f.failed, f.failing = key, true
+	case digest == f.loaded:
+		f.failing = false
+		if force {
+			f.log.Info("issue tokens unchanged", "trigger", trigger)
+		}
+	default:
+		f.set(tokens)
+		f.loaded, f.failing = digest, false
+		f.log.Info("issue tokens reloaded", "clients", tokens.Len(), "trigger", trigger)
+	}
+}
