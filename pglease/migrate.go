@@ -12,8 +12,9 @@ import (
 )
 
 // SchemaVersion is the version of the schema this package creates and works
-// on, recorded in the schema-version table.
-const SchemaVersion = 1
+// on, recorded in the schema-version table. Version 1 (a used_until column,
+// before the lease engine) is upgraded in place by Migrate.
+const SchemaVersion = 2
 
 // DefaultTable is the name of the blocks table when Config.Table is empty.
 // Its schema-version table is the same name plus "_schema".
@@ -24,15 +25,32 @@ const DefaultTable = "randflake_blocks"
 //go:embed schema.sql
 var schemaSQL string
 
+// upgradeV1SQL is the file schema_upgrade_v1.sql, written for DefaultTable.
+//
+//go:embed schema_upgrade_v1.sql
+var upgradeV1SQL string
+
 // SchemaSQL returns the SQL that MigrateTable runs for schema.table: the
 // file schema.sql of this package with the table's names filled in, for an
-// operator who applies the schema by hand (psql --single-transaction).
+// operator who applies the schema by hand (psql --single-transaction). A
+// version 1 schema needs schema_upgrade_v1.sql first (UpgradeSQL).
 func SchemaSQL(schema, table string) (string, error) {
 	n, err := newNames(schema, table)
 	if err != nil {
 		return "", err
 	}
 	return n.sql(schemaSQL), nil
+}
+
+// UpgradeSQL returns the SQL that MigrateTable runs, before SchemaSQL's,
+// to upgrade the tables of schema.table from version 1: the file
+// schema_upgrade_v1.sql with the table's names filled in.
+func UpgradeSQL(schema, table string) (string, error) {
+	n, err := newNames(schema, table)
+	if err != nil {
+		return "", err
+	}
+	return n.sql(upgradeV1SQL), nil
 }
 
 // DB is what Migrate needs of a database handle: *pgxpool.Pool, *pgx.Conn
@@ -46,23 +64,29 @@ var (
 	// ErrNoSchema: the tables do not exist; run Migrate (or schema.sql).
 	ErrNoSchema = errors.New("pglease: the lease tables do not exist (run pglease.Migrate or schema.sql first)")
 	// ErrSchemaVersion: the schema-version table holds a version this
-	// package does not know, such as one written by a newer release.
+	// package does not work on: version 1 before Migrate upgraded it, or
+	// one written by a newer release.
 	ErrSchemaVersion = errors.New("pglease: unknown schema version")
 )
 
 // Migrate creates the tables of DefaultTable, in the first schema of the
-// search path, if they do not exist yet (see MigrateTable).
+// search path, if they do not exist yet, or upgrades them from version 1
+// (see MigrateTable).
 func Migrate(ctx context.Context, db DB) error {
 	return MigrateTable(ctx, db, "", DefaultTable)
 }
 
 // MigrateTable creates the blocks table schema.table (schema "" means the
 // first schema of the search path) and its schema-version table, running
-// the embedded schema.sql in one transaction. It is idempotent, and safe to
-// run from several processes at once (they serialise on an advisory lock).
-// If the schema-version table holds another version than SchemaVersion,
-// MigrateTable changes nothing and returns an error wrapping
-// ErrSchemaVersion.
+// the embedded schema.sql in one transaction, or upgrades them in place
+// from version 1 (schema_upgrade_v1.sql, then schema.sql). It is
+// idempotent, and safe to run from several processes at once (they
+// serialise on an advisory lock). Only tables created from nothing are
+// fresh (their first claim waits nothing); after an upgrade the first
+// claim waits out the longest promise a version 1 holder can have made.
+// If the schema-version table holds another version than 1 or
+// SchemaVersion, or the blocks table exists without it, MigrateTable
+// changes nothing and returns an error wrapping ErrSchemaVersion.
 func MigrateTable(ctx context.Context, db DB, schema, table string) error {
 	n, err := newNames(schema, table)
 	if err != nil {
@@ -81,25 +105,33 @@ func MigrateTable(ctx context.Context, db DB, schema, table string) error {
 	v, err := schemaVersion(ctx, tx, n)
 	switch {
 	case errors.Is(err, ErrNoSchema):
-		if _, err := tx.Exec(ctx, n.sql(schemaSQL)); err != nil {
-			return fmt.Errorf("pglease: migrate %s: %w", n.blocks, err)
+		var blocks *string
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1)::text", n.blocks).Scan(&blocks); err != nil {
+			return fmt.Errorf("pglease: migrate: looking for %s: %w", n.blocks, err)
 		}
-		if v, err = schemaVersion(ctx, tx, n); err != nil {
-			return err
-		}
-		if v != SchemaVersion {
-			return fmt.Errorf("%w: schema.sql wrote version %d, want %d", ErrSchemaVersion, v, SchemaVersion)
+		if blocks != nil {
+			return fmt.Errorf("%w: %s exists without its schema-version table %s (not created by pglease, or damaged); not touched",
+				ErrSchemaVersion, n.blocks, n.version)
 		}
 	case err != nil:
 		return err
+	case v == 1:
+		if _, err := tx.Exec(ctx, n.sql(upgradeV1SQL)); err != nil {
+			return fmt.Errorf("pglease: migrate %s from version 1: %w", n.blocks, err)
+		}
 	case v != SchemaVersion:
 		return versionError(n, v)
-	default:
-		// Already at this version: the file is idempotent, so running it
-		// again only recreates what someone dropped by hand.
-		if _, err := tx.Exec(ctx, n.sql(schemaSQL)); err != nil {
-			return fmt.Errorf("pglease: migrate %s: %w", n.blocks, err)
-		}
+	}
+	// The file is idempotent: on tables at this version it only recreates
+	// what someone dropped by hand.
+	if _, err := tx.Exec(ctx, n.sql(schemaSQL)); err != nil {
+		return fmt.Errorf("pglease: migrate %s: %w", n.blocks, err)
+	}
+	if v, err = schemaVersion(ctx, tx, n); err != nil {
+		return err
+	}
+	if v != SchemaVersion {
+		return fmt.Errorf("%w: the migration wrote version %d, want %d", ErrSchemaVersion, v, SchemaVersion)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pglease: migrate: %w", err)
@@ -108,6 +140,10 @@ func MigrateTable(ctx context.Context, db DB, schema, table string) error {
 }
 
 func versionError(n names, v int) error {
+	if v == 1 {
+		return fmt.Errorf("%w: %s says version 1; run pglease.Migrate (or --postgres-migrate) to upgrade it to version %d",
+			ErrSchemaVersion, n.version, SchemaVersion)
+	}
 	return fmt.Errorf("%w: %s says version %d, this package knows only version %d (a newer pglease migrated it? use that release)",
 		ErrSchemaVersion, n.version, v, SchemaVersion)
 }
@@ -144,6 +180,7 @@ func schemaVersion(ctx context.Context, q querier, n names) (int, error) {
 type names struct {
 	table   string // unqualified, unquoted
 	schema  string // "" for the search path
+	display string // schema.table, unquoted, for messages
 	blocks  string // qualified and quoted
 	version string // qualified and quoted
 }
@@ -163,7 +200,11 @@ func newNames(schema, table string) (names, error) {
 		}
 		return pgx.Identifier{schema, name}.Sanitize()
 	}
-	return names{table: table, schema: schema, blocks: qual(table), version: qual(table + "_schema")}, nil
+	display := table
+	if schema != "" {
+		display = schema + "." + table
+	}
+	return names{table: table, schema: schema, display: display, blocks: qual(table), version: qual(table + "_schema")}, nil
 }
 
 var nameWord = regexp.MustCompile(`\b` + DefaultTable + `(\w*)`)
@@ -189,5 +230,5 @@ func (n names) sql(text string) string {
 // It is for a command that opens its source from a DSN and creates the
 // schema on request.
 func (s *Source) Migrate(ctx context.Context) error {
-	return s.scrub(MigrateTable(ctx, s.pool, s.n.schema, s.n.table))
+	return s.red.scrub(MigrateTable(ctx, s.pool, s.st.n.schema, s.st.n.table))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/leasetest"
 )
 
 // PostgreSQL restarted under load: while it is down the generators issue
@@ -18,11 +19,11 @@ func TestServerRestart(t *testing.T) {
 	srv := ownServer(t)
 	pool1, pool2 := newPool(t, srv.DSN()), newPool(t, srv.DSN())
 	table := newTable(t, pool1, "restart")
-	cfg := Config{Pool: pool1, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := Config{Pool: pool1, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
 	g1 := newLeased(t, cfg)
 	cfg.Pool = pool2
 	g2 := newLeased(t, cfg)
-	c1, c2 := collect(g1), collect(g2)
+	c1, c2 := leasetest.Collect("g1", g1), leasetest.Collect("g2", g2)
 	time.Sleep(700 * time.Millisecond)
 
 	for _, outage := range []time.Duration{time.Second, testTTL + 500*time.Millisecond} {
@@ -31,8 +32,8 @@ func TestServerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(outage)
-		for i, c := range []*collector{c1, c2} {
-			_, last := c.count()
+		for i, c := range []*leasetest.Collector{c1, c2} {
+			_, last := c.Count()
 			// The lease end is at most the validity after the last renewal,
 			// sent before the server stopped; allow for scheduling delays.
 			if limit := stoppedAt.Add(validity + 200*time.Millisecond); last.After(limit) {
@@ -51,27 +52,27 @@ func TestServerRestart(t *testing.T) {
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
-		for i, c := range []*collector{c1, c2} {
+		for i, c := range []*leasetest.Collector{c1, c2} {
 			for {
-				if _, last := c.count(); last.After(restartedAt) {
+				if _, last := c.Count(); last.After(restartedAt) {
 					t.Logf("outage of %v: generator %d issued again %v after the restart", outage, i+1, last.Sub(restartedAt).Round(time.Millisecond))
 					break
 				}
 				if time.Since(restartedAt) > 20*time.Second {
-					t.Fatalf("generator %d did not resume within 20s of the restart: %v", i+1, c.errs)
+					t.Fatalf("generator %d did not resume within 20s of the restart: %v", i+1, c.Errors())
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	check := newIDCheck(t)
-	check.add("generator 1", c1.stop(), g1.Lease())
-	check.add("generator 2", c2.stop(), g2.Lease())
+	check := checker(t)
+	check.Add("generator 1", c1.Stop(), g1.Lease())
+	check.Add("generator 2", c2.Stop(), g2.Lease())
 	if g1.Lease().FirstNode == g2.Lease().FirstNode {
 		t.Errorf("both generators on %v", g1.Lease())
 	}
-	t.Logf("%d IDs across two restarts, none twice", len(check.seen))
+	t.Logf("%d IDs across two restarts, none twice", check.Total())
 }
 
 // A holder cut off from the database (its connections dropped, as in a
@@ -82,14 +83,14 @@ func TestServerRestart(t *testing.T) {
 func TestCutOff(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	p := newProxy(t, srv.Addr())
-	poolA, poolB := newPool(t, srv.DSNAt(p.addr)), newPool(t, srv.DSN())
+	p := leasetest.NewProxy(t, srv.Addr())
+	poolA, poolB := newPool(t, srv.DSNAt(p.Addr())), newPool(t, srv.DSN())
 	table := newTable(t, poolB, "cutoff")
-	cfgA := Config{Pool: poolA, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "A"}
+	cfgA := Config{Pool: poolA, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "A"}
 	cfgB := cfgA
 	cfgB.Pool, cfgB.Holder = poolB, "B"
 	gA := newLeased(t, cfgA)
-	cA := collect(gA)
+	cA := leasetest.Collect("gA", gA)
 	time.Sleep(500 * time.Millisecond)
 
 	ctx := context.Background()
@@ -98,7 +99,7 @@ func TestCutOff(t *testing.T) {
 	}
 	var left float64
 	cutAt := time.Now()
-	p.cut()
+	p.Cut()
 	if err := poolB.QueryRow(ctx, `SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM `+table).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestCutOff(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	takenAt := time.Now()
-	nA, lastA := cA.count()
+	nA, lastA := cA.Count()
 	// From the claim's expiry on, another process could claim the node
 	// IDs (B may have had to wait for A's recorded second after that).
 	if expiry := cutAt.Add(expiresIn); !lastA.Before(expiry) {
@@ -136,75 +137,81 @@ func TestCutOff(t *testing.T) {
 	if takenAt.Sub(cutAt) < expiresIn-10*time.Millisecond {
 		t.Errorf("B took over %v after the cut, before A's claim expired (%v)", takenAt.Sub(cutAt), expiresIn)
 	}
-	cB := collect(gB)
+	cB := leasetest.Collect("gB", gB)
 	time.Sleep(500 * time.Millisecond)
 
 	// Heal the partition: A's claim is B's now.
-	p.restore(t)
+	p.Heal()
 	time.Sleep(time.Second)
-	if n, _ := cA.count(); n != nA {
+	if n, _ := cA.Count(); n != nA {
 		t.Fatalf("A issued %d IDs while B held its node IDs", n-nA)
 	}
-	idsB := cB.stop()
+	idsB := cB.Stop()
 	if err := gB.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	releasedAt := time.Now()
 	for {
-		if n, _ := cA.count(); n > nA {
+		if n, _ := cA.Count(); n > nA {
 			break
 		}
 		if time.Since(releasedAt) > 15*time.Second {
-			t.Fatalf("A issued nothing 15s after B released the node IDs: %v", cA.errs)
+			t.Fatalf("A issued nothing 15s after B released the node IDs: %v", cA.Errors())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
-	idsA := cA.stop()
-	check := newIDCheck(t)
-	_, maxA1 := check.add("A before the cut", idsA[:nA], randflake.Lease{})
-	minB, maxB := check.add("B", idsB, gB.Lease())
-	minA2, _ := check.add("A after the cut", idsA[nA:], gA.Lease())
+	idsA := cA.Stop()
+	check := checker(t)
+	maxA1 := check.Add("A before the cut", idsA[:nA]).Last
+	spanB := check.Add("B", idsB, gB.Lease())
+	minB, maxB := spanB.First, spanB.Last
+	minA2 := check.Add("A after the cut", idsA[nA:], gA.Lease()).First
 	if minB <= maxA1 || minA2 <= maxB {
 		t.Errorf("seconds overlap: A up to %d, B %d-%d, A again from %d", maxA1, minB, maxB, minA2)
 	}
-	t.Logf("%d IDs (A %d before the cut, B %d, A %d after), none twice", len(check.seen), nA, len(idsB), len(idsA)-nA)
+	t.Logf("%d IDs (A %d before the cut, B %d, A %d after), none twice", check.Total(), nA, len(idsB), len(idsA)-nA)
 }
 
-// The fence of docs/leases.md, run while a generator holds a block (as
-// after a restore that lost commits): the holder loses its claim at its
-// next renewal, and the next holder starts after the fence, past every
-// second the old one used.
-func TestFence(t *testing.T) {
+// ResetHistory, run while a generator holds a block (as after a restore
+// nothing could detect): the holder keeps its claim and keeps issuing;
+// the next claim, on another block, waits out the longest promise from the
+// reset on, so it starts after every second any holder may have used.
+func TestResetHistory(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
 	pool := newPool(t, srv.DSN())
-	table := newTable(t, pool, "fence")
-	cfg := Config{Pool: pool, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew}
+	table := newTable(t, pool, "reset")
+	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
 	g1 := newLeased(t, cfg)
-	c1 := collect(g1)
+	c1 := leasetest.Collect("g1", g1)
 	time.Sleep(500 * time.Millisecond)
 	ctx := context.Background()
-	// TTL + MaxClockSkew + 1 s, rounded up.
-	if _, err := pool.Exec(ctx, `UPDATE `+table+`
-		SET used_until = GREATEST(used_until, extract(epoch FROM clock_timestamp())::bigint + 5),
-		holder = NULL, token = NULL, claimed_at = NULL, expires_at = NULL`); err != nil {
+	op, err := New(cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	fencedAt := time.Now()
+	resetAt := time.Now()
+	if err := op.ResetHistory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := c1.Count()
 	g2 := newLeased(t, cfg)
-	c2 := collect(g2)
+	waited := time.Since(resetAt)
+	c2 := leasetest.Collect("g2", g2)
 	time.Sleep(300 * time.Millisecond)
-	ids2, ids1 := c2.stop(), c1.stop()
-	check := newIDCheck(t)
-	_, max1 := check.add("the holder before the fence", ids1, randflake.Lease{})
-	min2, _ := check.add("the holder after it", ids2, g2.Lease())
-	if len(ids2) == 0 || min2 <= max1 {
-		t.Errorf("after the fence: %d IDs from second %d; before it up to second %d", len(ids2), min2, max1)
+	ids2, ids1 := c2.Stop(), c1.Stop()
+	check := checker(t)
+	check.Add("the holder through the reset", ids1)
+	min2 := check.Add("the claimant after it", ids2, g2.Lease()).First
+	// TTL + MaxClockSkew, rounded up to whole seconds, after the reset.
+	if len(ids2) == 0 || min2 < resetAt.Unix()+4 || g2.Lease().Start < resetAt.Unix()+4 {
+		t.Errorf("after the reset at second %d: the next claim %v issued %d IDs from second %d; want none before second %d",
+			resetAt.Unix(), g2.Lease(), len(ids2), min2, resetAt.Unix()+4)
 	}
-	if l := g1.Lease(); l.SameClaim(g2.Lease()) {
-		t.Errorf("both generators on %v", l)
+	if len(ids1) <= n1 || !g1.Lease().SameClaim(g1.Lease()) || g1.Lease().FirstNode == g2.Lease().FirstNode {
+		t.Errorf("the holder through the reset: %d IDs before it, %d in all, lease %v beside %v; want it to keep its claim and issue", n1, len(ids1), g1.Lease(), g2.Lease())
 	}
-	t.Logf("the next holder started %v after the fence, at second %d (the old holder's last: %d); %d + %d IDs, none twice",
-		time.Since(fencedAt).Round(time.Millisecond), g2.Lease().Start, max1, len(ids1), len(ids2))
+	t.Logf("the next claim after the reset waited %v and started at second %d (the reset at %d); %d + %d IDs, none twice",
+		waited.Round(time.Millisecond), g2.Lease().Start, resetAt.Unix(), len(ids1), len(ids2))
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/leasetest"
 )
 
 // The process tests run holders in real processes: the test binary runs
@@ -30,7 +31,7 @@ func TestHelperProcess(t *testing.T) {
 	}
 	f := strings.Split(spec, "|")
 	mode, dsn, table, out, holder := f[0], f[1], f[2], f[3], f[4]
-	cfg := Config{DSN: dsn, Table: table, Nodes: 16, LastNode: 63, TTL: testTTL, MaxClockSkew: testSkew, Holder: holder}
+	cfg := Config{DSN: dsn, Secret: testSecret, Table: table, Nodes: 16, LastNode: 63, TTL: testTTL, MaxClockSkew: testSkew, Holder: holder}
 	run := 1500 * time.Millisecond
 	if mode == "hold" {
 		cfg.LastNode, run = 15, 30*time.Second
@@ -132,7 +133,7 @@ func (h *helper) lease(t *testing.T) randflake.Lease {
 }
 
 // wait waits for a "gen" helper to exit successfully and returns its IDs.
-func (h *helper) wait(t *testing.T) []issued {
+func (h *helper) wait(t *testing.T) []leasetest.Issued {
 	t.Helper()
 	select {
 	case <-h.exited:
@@ -145,17 +146,43 @@ func (h *helper) wait(t *testing.T) []issued {
 	return h.ids(t)
 }
 
-func (h *helper) ids(t *testing.T) []issued {
+func (h *helper) ids(t *testing.T) []leasetest.Issued {
 	t.Helper()
 	data, err := os.ReadFile(h.out)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
-	ids := make([]issued, len(data)/8)
+	ids := make([]leasetest.Issued, len(data)/8)
 	for i := range ids {
-		ids[i].id = int64(binary.LittleEndian.Uint64(data[8*i:]))
+		ids[i].ID = int64(binary.LittleEndian.Uint64(data[8*i:]))
 	}
 	return ids
+}
+
+// waitIDs waits up to 10 seconds for the helper to have written n IDs.
+func (h *helper) waitIDs(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(h.out); err == nil && fi.Size() >= int64(8*n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the helper issued fewer than %d IDs in 10s", n)
+		}
+	}
+}
+
+// kill kills the helper with SIGKILL and waits until it is gone.
+func (h *helper) kill(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the helper lived 10s after SIGKILL")
+	}
 }
 
 // A holder killed with SIGKILL keeps its node IDs until its claim's TTL
@@ -179,7 +206,7 @@ func TestKilledHolder(t *testing.T) {
 	// Let it renew at least once, so its recorded second is ahead of its
 	// start.
 	time.Sleep(time.Second)
-	cfg := Config{Pool: pool, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "successor"}
+	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "successor"}
 	ctx := context.Background()
 	if _, err := NewLeased(ctx, testSecret, cfg); !errors.Is(err, ErrNoFreeNodes) {
 		t.Fatalf("claim while the helper lives: %v, want ErrNoFreeNodes", err)
@@ -219,13 +246,13 @@ func TestKilledHolder(t *testing.T) {
 	if takenAt < expiresIn-10*time.Millisecond {
 		t.Errorf("node IDs taken over %v after SIGKILL, before the claim expired (%v after it)", takenAt, expiresIn)
 	}
-	c := collect(g)
+	c := leasetest.Collect("g", g)
 	time.Sleep(500 * time.Millisecond)
-	ids2 := c.stop()
+	ids2 := c.Stop()
 	ids1 := h.ids(t)
-	check := newIDCheck(t)
-	_, max1 := check.add("the killed holder", ids1, randflake.Lease{})
-	min2, _ := check.add("the successor", ids2, g.Lease())
+	check := checker(t)
+	max1 := check.Add("the killed holder", ids1).Last
+	min2 := check.Add("the successor", ids2, g.Lease()).First
 	l2 := g.Lease()
 	if l2.FirstNode != l1.FirstNode {
 		t.Fatalf("the successor got %v, not the killed holder's node IDs %v", l2, l1)
