@@ -153,9 +153,12 @@ func syncDir(path string) error {
 // locked runs fn holding the directory lock, waiting for it within ctx.
 // fn gets the lock file, open for reading and writing: it also holds the
 // directory's generation (see generation.go). A lock taken on a file that
-// is no longer at the path (removed or replaced meanwhile) is dropped and
-// taken again on the file now there, so two processes never both believe
-// they hold the lock.
+// is no longer at the path (removed or replaced between the open and the
+// lock) is dropped and taken again on the file now there, so that a
+// process does not go on under a lock that later processes do not see.
+// (A lock file removed while a process holds it cannot be guarded
+// against: the next process locks a new one. Never remove it; its
+// generation then reads 0, and the next claim waits out the horizon.)
 func (d *Dir) locked(ctx context.Context, fn func(lock *os.File) error) error {
 	path := filepath.Join(d.path, "lock")
 	for {
