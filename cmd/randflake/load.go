@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,11 +25,13 @@ import (
 	"time"
 
 	"github.com/randflake/randflake/client"
+	"github.com/randflake/randflake/statedir"
 )
 
 const loadUsage = `load [--url URL] [--format json|text|binary] [--batch N] [--concurrency C]
      [--duration D | --requests R] [--rate Q] [--verify=false] [--compare-bare | --bare]
      [--suite] [--cpuprofile FILE] [--benchfmt NAME]
+     [--token-file FILE] [--cacert FILE] [--cert FILE --key FILE]
    load --serve-bare ADDR [--format F] [--batch N]
 
 Sends GET /v1/ids?count=N requests to a running randflake serve, bounded in
@@ -58,7 +61,16 @@ table and the single-ID ratio.
 --benchfmt NAME also prints the run (of the service, or with --bare of the
 bare handler) as one line in the Go benchmark format, for benchstat and
 the benchmark report:
-  BenchmarkService/NAME REQUESTS NS ns/op IDS IDs/s REQS req/s P50 p50-ms P99 p99-ms`
+  BenchmarkService/NAME REQUESTS NS ns/op IDS IDs/s REQS req/s P50 p50-ms P99 p99-ms
+
+A service with TLS is reached at an https --url: --cacert is the CA
+certificate (PEM) that signed its certificate (default: the system's),
+--cert and --key a client certificate for one that requires them. HTTPS
+runs HTTP/1.1, one connection per --concurrency as in plain HTTP, so that
+the two compare. --token-file is a private file holding the bearer token
+for a service with --issue-tokens-file. A 429 answer (over the client's
+share) is counted and waited out as its Retry-After asks, as is a 503 of
+kind exhausted.`
 
 // loadCmd is randflake load: a bounded load test of randflake serve.
 type loadCmd struct {
@@ -77,6 +89,10 @@ type loadCmd struct {
 	suite       bool
 	cpuProfile  string
 	benchfmt    string
+	tokenFile   string
+	caCert      string
+	cert        string
+	key         string
 }
 
 func (c *loadCmd) flags(fs *flag.FlagSet) {
@@ -95,6 +111,10 @@ func (c *loadCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.suite, "suite", false, "run the service's whole measurement suite and print a table")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to this file")
 	fs.StringVar(&c.benchfmt, "benchfmt", "", "also print the run as the Go benchmark BenchmarkService/NAME (not with --suite, --compare-bare or --serve-bare)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "private file holding the bearer token to send (for serve --issue-tokens-file)")
+	fs.StringVar(&c.caCert, "cacert", "", "PEM CA certificate(s) to verify an https --url with (default: the system's)")
+	fs.StringVar(&c.cert, "cert", "", "PEM client certificate to present to an https --url (with --key)")
+	fs.StringVar(&c.key, "key", "", "PEM private key of --cert (a private file: mode 600)")
 }
 
 func (c *loadCmd) run(e *env, args []string) error {
@@ -102,8 +122,8 @@ func (c *loadCmd) run(e *env, args []string) error {
 		return err
 	}
 	u, err := url.Parse(c.url)
-	if err != nil || u.Scheme != "http" {
-		return usagef("--url must be an http URL")
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
+		return usagef("--url must be an http or https URL")
 	}
 	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
 		return usagef("--url must point at this machine (127.0.0.1, localhost or ::1)")
@@ -129,9 +149,25 @@ func (c *loadCmd) run(e *env, args []string) error {
 	if c.benchfmt != "" && !benchName.MatchString(c.benchfmt) {
 		return usagef("--benchfmt NAME: letters, digits, '-' and '_' only, not ending in -DIGITS")
 	}
+	if (c.cert == "") != (c.key == "") {
+		return usagef("--cert and --key go together")
+	}
+	if u.Scheme != "https" && (c.caCert != "" || c.cert != "") {
+		return usagef("--cacert, --cert and --key need an https --url")
+	}
 	cfg := loadConfig{
 		URL: u.String(), Format: c.format, Batch: c.batch, Concurrency: c.concurrency,
 		Duration: c.duration, Requests: c.requests, Rate: c.rate, Verify: c.verify,
+	}
+	if u.Scheme == "https" {
+		if cfg.TLS, err = clientTLS(c.caCert, c.cert, c.key); err != nil {
+			return err
+		}
+	}
+	if c.tokenFile != "" {
+		if cfg.Token, err = readLoadToken(c.tokenFile); err != nil {
+			return err
+		}
 	}
 	if c.bareURL != "" {
 		b, err := url.Parse(c.bareURL)
@@ -227,6 +263,10 @@ type loadConfig struct {
 	// BareURL is a bare handler served elsewhere (--serve-bare); "": one
 	// in this process.
 	BareURL string
+	// TLS is the client's TLS configuration for an https URL.
+	TLS *tls.Config
+	// Token, if set, is sent as a bearer token.
+	Token string
 }
 
 // loadReport is the outcome of a load test.
@@ -236,6 +276,7 @@ type loadReport struct {
 	Verified  bool            // IDs decoded and checked for duplicates
 	Requests  int             // requests completed
 	Refused   int             // 503 answers of kind exhausted, waited out
+	Quota     int             // 429 answers (over the client's share), waited out
 	IDs       int             // IDs received (all distinct, if Verified)
 	Bytes     int64           // body bytes received
 	Elapsed   time.Duration   // the run's duration
@@ -271,6 +312,9 @@ func (r loadReport) String() string {
 	if r.Refused > 0 {
 		checked += fmt.Sprintf("; %d requests refused: the second's IDs used up", r.Refused)
 	}
+	if r.Quota > 0 {
+		checked += fmt.Sprintf("; %d requests over the client's share (429)", r.Quota)
+	}
 	return fmt.Sprintf("%s, batch %d: requests %d, IDs %d (%s), %.2fs\nthroughput %.0f IDs/s, %.0f requests/s%s\nlatency p50 %v, p90 %v, p99 %v, max %v\n",
 		r.Format, r.Batch, r.Requests, r.IDs, checked, r.Elapsed.Seconds(),
 		r.IDsPerSecond(), r.RequestsPerSecond(), mbps,
@@ -296,7 +340,9 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
-	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency}
+	// With TLSClientConfig set and no ForceAttemptHTTP2, HTTPS is
+	// HTTP/1.1: a connection per worker, as in plain HTTP.
+	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency, TLSClientConfig: cfg.TLS}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
 	r := &loadRun{cfg: cfg}
@@ -305,7 +351,7 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 		// request's latency shows.
 		cli, err := client.New(client.Config{
 			URL: cfg.URL, BatchSize: cfg.Batch, Format: clientFormat(cfg.Format),
-			HTTPClient: hc, MaxAge: 10 * time.Second,
+			HTTPClient: hc, MaxAge: 10 * time.Second, Token: cfg.Token,
 		})
 		if err != nil {
 			return loadReport{}, err
@@ -341,7 +387,7 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 		r.count = len(r.ids)
 	}
 	slices.Sort(r.lat)
-	rep.Requests, rep.IDs, rep.Bytes, rep.Latencies, rep.Refused = len(r.lat), r.count, r.bytes, r.lat, r.refused
+	rep.Requests, rep.IDs, rep.Bytes, rep.Latencies, rep.Refused, rep.Quota = len(r.lat), r.count, r.bytes, r.lat, r.refused, r.quota
 	if rep.Requests == 0 {
 		return rep, errors.New("no request completed")
 	}
@@ -360,6 +406,7 @@ type loadRun struct {
 	ids     []int64         // every ID received, with Verify
 	count   int             // IDs received
 	refused int             // 503 answers of kind exhausted
+	quota   int             // 429 answers
 	bytes   int64           // body bytes received
 	lat     []time.Duration // of every request completed
 	sent    int             // requests started
@@ -374,6 +421,7 @@ func (r *loadRun) worker(ctx context.Context) {
 		lat     []time.Duration
 		count   int
 		refused int
+		quota   int
 		bytes   int64
 		fetch   func() (int, int64, error)
 		last    []int64 // the IDs of the last Fetch, with Verify
@@ -397,6 +445,7 @@ func (r *loadRun) worker(ctx context.Context) {
 		r.lat = append(r.lat, lat...)
 		r.count += count
 		r.refused += refused
+		r.quota += quota
 		r.bytes += bytes
 		r.mu.Unlock()
 	}()
@@ -422,6 +471,16 @@ func (r *loadRun) worker(ctx context.Context) {
 			// waited out as the answer's Retry-After asks.
 			refused++
 			if waitNextSecond(ctx); ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		if wait, ok := overQuota(err); ok {
+			// Over this client's share: counted, and waited out.
+			quota++
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
 				return
 			}
 			continue
@@ -480,6 +539,9 @@ func newCounter(ctx context.Context, hc *http.Client, reqURL string, cfg loadCon
 		panic(err) // reqURL was made from a parsed URL
 	}
 	req.Header.Set("Accept", bareType(cfg.Format))
+	if cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+cfg.Token)
+	}
 	c := &counter{hc: hc, req: req, cfg: cfg, ctype: bareType(cfg.Format), buf: make([]byte, 256<<10)}
 	switch cfg.Format {
 	case "json":
@@ -501,6 +563,10 @@ func (c *counter) fetch() (int, int64, error) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		if resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(body, []byte(`"kind":"exhausted"`)) {
 			return 0, 0, errExhausted
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			return 0, 0, quotaError{time.Duration(max(secs, 1)) * time.Second}
 		}
 		return 0, 0, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
 	}
@@ -540,6 +606,75 @@ var errExhausted = errors.New("503: this second's IDs are used up")
 func exhausted(err error) bool {
 	var se *client.ServerError
 	return errors.Is(err, errExhausted) || (errors.As(err, &se) && se.Kind == "exhausted")
+}
+
+// quotaError is a 429 answer: over the client's share until wait has
+// passed.
+type quotaError struct{ wait time.Duration }
+
+// Error says how long to wait.
+func (e quotaError) Error() string {
+	return fmt.Sprintf("429: over the client's share; retry after %v", e.wait)
+}
+
+// overQuota reports whether err is a 429 answer, and how long it asks to
+// wait (at most 10 s, as package client waits).
+func overQuota(err error) (time.Duration, bool) {
+	var qe quotaError
+	if errors.As(err, &qe) {
+		return min(qe.wait, 10*time.Second), true
+	}
+	var se *client.ServerError
+	if errors.As(err, &se) && se.StatusCode == http.StatusTooManyRequests {
+		return min(max(se.RetryAfter, time.Second), 10*time.Second), true
+	}
+	return 0, false
+}
+
+// clientTLS is load's TLS configuration: caFile's CAs (else the system's),
+// and the client certificate certFile with keyFile, if given.
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		b, err := readPublicFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		if cfg.RootCAs, err = parseCAs(b); err != nil {
+			return nil, fmt.Errorf("--cacert %s: %w", caFile, err)
+		}
+	}
+	if certFile != "" {
+		certPEM, err := readPublicFile(certFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert: %w", err)
+		}
+		keyPEM, err := statedir.ReadPrivateFile(keyFile, maxPEMFile)
+		if err != nil {
+			return nil, fmt.Errorf("--key: %w", err)
+		}
+		defer clear(keyPEM)
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("--cert %s and --key %s: %w", certFile, keyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// readLoadToken reads --token-file: a private file, its content trimmed.
+func readLoadToken(file string) (string, error) {
+	b, err := statedir.ReadPrivateFile(file, maxTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	defer clear(b)
+	token := strings.TrimSpace(string(b))
+	if token == "" || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("--token-file %s: want one token, without white space inside", file)
+	}
+	return token, nil
 }
 
 // countingSink counts the bytes written to it and, if scan is set, the
