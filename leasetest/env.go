@@ -65,6 +65,7 @@ func newTestWriter(t *testing.T) *testWriter {
 	return w
 }
 
+// Write logs one line.
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -288,6 +289,7 @@ type timedStore struct {
 	begun, done time.Time
 }
 
+// Update runs the step, noting when the first claim was made.
 func (s *timedStore) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
 	begun := time.Now()
 	c, err := s.BlockStore.Update(ctx, held, all, fn)
