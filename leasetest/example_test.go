@@ -34,6 +34,7 @@ func memHarness() leasetest.Harness {
 			if err != nil {
 				t.Fatal(err)
 			}
+			b.Serve(t) // a network address, for the proxy to cut
 			return b.Hooks(leasetest.MemOptions{TTL: 2 * time.Second})
 		},
 	}

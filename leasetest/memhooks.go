@@ -9,15 +9,25 @@ import (
 // Hooks returns the backend as a Store for Run: handles opened with o
 // (and the process's layout), and every fault hook. Rollback puts a
 // saved copy back as Restore does, under the same identity with the
-// position going back, which only a running holder can see; Addr is
-// empty, a backend having no network address.
+// position going back, which only a running holder can see. Addr is the
+// address Serve gave the backend, if it was called before; a handle
+// opened through another address (the suite's proxy) reaches the backend
+// through it, the others directly.
 func (b *MemBackend) Hooks(o MemOptions) *Store {
+	b.mu.Lock()
+	addr := b.addr
+	b.mu.Unlock()
 	return &Store{
 		Open: func(t *testing.T, p Process) (randflake.BlockStore, error) {
 			o := o
-			o.Layout = p.Layout
-			return b.Open(o)
+			o.Layout, o.Addr = p.Layout, p.Addr
+			h, err := b.Open(o)
+			if err == nil {
+				t.Cleanup(h.Close)
+			}
+			return h, err
 		},
+		Addr: addr,
 		Kill: func(t *testing.T, s randflake.BlockStore) {
 			k, ok := s.(interface{ Kill() })
 			if !ok {

@@ -34,6 +34,7 @@ type MemBackend struct {
 	fresh    bool              // created empty, no marker written since
 	gen      int               // identity generation: changes on a failover
 	position uint64            // writes applied
+	addr     string            // where Serve listens, if it was called
 }
 
 // memClaim is one claim on consecutive blocks, the handle Update returns.
@@ -86,6 +87,11 @@ type MemOptions struct {
 	// handle reads and claims the blocks of its own layout, as a process
 	// configured for another fleet would.
 	Layout randflake.BlockLayout
+	// Addr, if set, is the backend's address (MemBackend.Serve), or a
+	// Proxy's in front of it: before each call the handle makes a round
+	// trip to it, and fails with ErrUnreachable if that fails, as a
+	// store's client does when the network fails it.
+	Addr string
 }
 
 // Open returns a new handle on the backend, as a new process opens its
@@ -120,6 +126,7 @@ type MemStore struct {
 	o           MemOptions
 	killed      atomic.Bool
 	unreachable atomic.Bool
+	link        memLink // the network path to the backend, if o.Addr is set
 }
 
 // ErrUnreachable is the transient error of a handle made unreachable.
@@ -158,7 +165,10 @@ func (s *MemStore) usable(ctx context.Context) error {
 	case s.unreachable.Load():
 		return ErrUnreachable
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.link.reach(s.o.Addr)
 }
 
 // identity returns the backend's identity; b.mu is held.

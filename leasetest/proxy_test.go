@@ -3,53 +3,21 @@ package leasetest
 import (
 	"bufio"
 	"errors"
-	"io"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 )
 
-// echoServer answers every line with the same line, on a loopback port.
+// echoServer answers every byte with itself, on a loopback port: a
+// MemBackend's address.
 func echoServer(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	b, err := NewMemBackend(processLayout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				io.Copy(c, c)
-				c.Close()
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return b.Serve(t)
 }
 
 // roundTrip sends a line on c and reads it back within d.
