@@ -19,12 +19,7 @@ func clockAhead(e *env) {
 	t := e.t
 	// A claim with the true clock first, so that a store that is not
 	// fresh has its unknown history waited out on the true clock.
-	setup := e.newProc("setup", opts{})
-	l0, err := setup.acquire()
-	if err != nil {
-		t.Fatalf("the first claim: %v", err)
-	}
-	setup.release(l0)
+	e.initialise()
 
 	a := e.start("ahead", opts{ahead: time.Hour})
 	a.runFor(1200 * time.Millisecond)
@@ -123,12 +118,7 @@ func rangeChecks(e *env) {
 	t := e.t
 	e.need("WriteRecord", e.s.WriteRecord != nil)
 	e.need("WriteMarker", e.s.WriteMarker != nil)
-	setup := e.newProc("setup", opts{})
-	l0, err := setup.acquire()
-	if err != nil {
-		t.Fatalf("the first claim: %v", err)
-	}
-	setup.release(l0)
+	e.initialise()
 
 	now := time.Now().Unix()
 	ly := e.h.Layout
@@ -190,12 +180,7 @@ func rangeChecks(e *env) {
 // the store's marker records is refused with ErrFleetMismatch.
 func layoutMismatch(e *env) {
 	t := e.t
-	setup := e.newProc("setup", opts{})
-	l0, err := setup.acquire()
-	if err != nil {
-		t.Fatalf("the first claim: %v", err)
-	}
-	setup.release(l0)
+	e.initialise()
 	ly := e.h.Layout
 	other := randflake.BlockLayout{FirstNode: ly.FirstNode, LastNode: ly.LastNode - ly.Size, Size: ly.Size}
 	p := e.newProc("other-layout", opts{layout: other})

@@ -390,6 +390,19 @@ func (p *proc) acquire() (randflake.Lease, error) {
 	return p.src.Acquire(ctx)
 }
 
+// initialise makes a first claim and releases it, so that the store has
+// a marker (and a store that is not fresh has had its unknown history
+// waited out).
+func (e *env) initialise() {
+	e.t.Helper()
+	p := e.newProc("setup", opts{})
+	l, err := p.acquire()
+	if err != nil {
+		e.t.Fatalf("the first claim: %v", err)
+	}
+	p.release(l)
+}
+
 // release releases a bare BlockSource's lease, reporting no second used.
 func (p *proc) release(l randflake.Lease) {
 	p.e.t.Helper()
