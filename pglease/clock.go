@@ -31,5 +31,3 @@ func checkSkew(t0, t1, srv time.Time, skew time.Duration) error {
 	}
 	return nil
 }
-
-func formatSecond(s int64) string { return time.Unix(s, 0).UTC().Format(time.RFC3339) }

@@ -51,8 +51,10 @@ func ExampleNew() {
 	if err := pglease.MigrateTable(ctx, pool, "myapp", "randflake_blocks"); err != nil {
 		log.Fatal(err)
 	}
+	secret := []byte("fleet-secret-16b") // the same on every member
 	src, err := pglease.New(pglease.Config{
 		Pool:         pool,
+		Secret:       secret,
 		Schema:       "myapp",
 		TTL:          15 * time.Second,
 		MaxClockSkew: 2 * time.Second, // clocks kept by NTP, with room to spare
@@ -61,7 +63,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
-		Secret: []byte("fleet-secret-16b"),
+		Secret: secret,
 		Source: src,
 		Shards: 4,
 	})
@@ -69,4 +71,24 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer g.Close(ctx)
+}
+
+// After a copy of the database (or of the two tables) was restored under
+// the same system identifier and timeline while no process ran, which
+// nothing can detect, the operator marks the history unknown before the
+// fleet starts again: the next claims wait out the longest promise (TTL +
+// MaxClockSkew), so none reuses a second a lost holder may have used.
+func ExampleSource_ResetHistory() {
+	ctx := context.Background()
+	src, err := pglease.New(pglease.Config{
+		DSN:    os.Getenv("DATABASE_URL"),
+		Secret: []byte("fleet-secret-16b"),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close()
+	if err := src.ResetHistory(ctx); err != nil {
+		log.Fatal(err)
+	}
 }

@@ -2,8 +2,8 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,13 +19,10 @@ import (
 // that restarts the server starts its own. IDs are collected and checked
 // for duplicates by package leasetest, network faults played by its Proxy.
 
-// helperEnv makes the test binary a helper process (TestHelperProcess).
-const helperEnv = "RANDFLAKE_PGLEASE_HELPER"
-
+// TestMain runs the test binary as a holder process when leasetest's
+// process harness started it, and otherwise starts the shared server.
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) != "" {
-		os.Exit(m.Run())
-	}
+	leasetest.HolderMain(openHolderStore)
 	pgtest.Main(m)
 }
 
@@ -101,6 +98,29 @@ func newLeased(t *testing.T, cfg Config) *randflake.Leased {
 		g.Close(ctx)
 	})
 	return g
+}
+
+// leasedWhenFree claims node IDs with cfg as soon as a block is free,
+// trying again while every block is held, for up to limit. The generator
+// is closed at the end of the test.
+func leasedWhenFree(t *testing.T, cfg Config, limit time.Duration) *randflake.Leased {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
+	defer cancel()
+	for began := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		g, err := NewLeased(ctx, testSecret, cfg)
+		if err == nil {
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				g.Close(ctx)
+			})
+			return g
+		}
+		if !errors.Is(err, ErrNoFreeNodes) || time.Since(began) > limit {
+			t.Fatalf("%s claiming when a block is free: %v (after %v)", cfg.Holder, err, time.Since(began).Round(time.Millisecond))
+		}
+	}
 }
 
 // openStore returns the store of cfg, on cfg.Pool, without a lease engine.

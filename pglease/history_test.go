@@ -26,16 +26,6 @@ import (
 // killed holder issued. Each reports the IDs collected, the duplicates and
 // what the fault cost the successor in waiting.
 
-// halfSecond sleeps until the middle of the next second.
-func halfSecond() {
-	now := time.Now()
-	d := 500*time.Millisecond - time.Duration(now.Nanosecond())
-	if d <= 0 {
-		d += time.Second
-	}
-	time.Sleep(d)
-}
-
 // untilOf returns the UNTIL of a block record, "rfb1 FIRST LAST UNTIL AT
 // TAG" (the format of the lease engine's records).
 func untilOf(t *testing.T, rec string) int64 {
@@ -136,21 +126,22 @@ type faultRun struct {
 	pool   *pgxpool.Pool
 	table  string
 	cfg    Config
-	holder *helper
+	holder *leasetest.Holder
 	saved  *tableCopy // the tables as they were when the holder was known to be running
 	until  int64      // the promise of its block then
 }
 
-// startHolder starts a holder process on a table of its own (one block of
-// 16 node IDs) and waits until it issues IDs and has recorded a promise.
-func startHolder(t *testing.T, name string) *faultRun {
+// startFaultRun starts a holder process on a table of its own (one block
+// of 16 node IDs) and waits until it issues IDs and has recorded a
+// promise.
+func startFaultRun(t *testing.T, name string) *faultRun {
 	srv := server(t)
 	r := &faultRun{t: t, pool: newPool(t, srv.DSN())}
 	r.table = newTable(t, r.pool, name)
 	r.cfg = Config{Pool: r.pool, Secret: testSecret, Table: r.table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "successor"}
-	r.holder = startHelper(t, "hold", srv.DSN(), r.table, "doomed")
-	r.holder.lease(t)
-	r.holder.waitIDs(t, 32*50)
+	r.holder = startHolder(t, "doomed", srv.DSN(), r.table, 15, 0)
+	r.holder.Lease(30 * time.Second)
+	r.holder.WaitIDs(32*50, 10*time.Second)
 	rec := waitPromise(t, r.pool, r.table, 0, 0)
 	r.saved, r.until = copyTables(t, r.pool, r.table), untilOf(t, rec)
 	return r
@@ -168,9 +159,7 @@ func (r *faultRun) kill(later bool) time.Time {
 	} else {
 		time.Sleep(time.Second)
 	}
-	halfSecond()
-	r.holder.kill(r.t)
-	return time.Now()
+	return r.holder.KillMidSecond()
 }
 
 // successor claims the node IDs at once and issues IDs; it returns the
@@ -182,7 +171,7 @@ func (r *faultRun) successor(killedAt time.Time, fault string) {
 	c := leasetest.Collect("the successor", g)
 	c.WaitCount(t, 4000, 10*time.Second)
 	check := checker(t)
-	killed := check.Add("the killed holder", r.holder.ids(t))
+	killed := check.Add("the killed holder", r.holder.IDs(), r.holder.Leases()...)
 	succ := check.AddCollector(c)
 	l := g.Lease()
 	if killed.IDs == 0 || succ.IDs == 0 {
@@ -202,7 +191,7 @@ func (r *faultRun) successor(killedAt time.Time, fault string) {
 // and the successor waits it out.
 func TestKilledHolderTableWiped(t *testing.T) {
 	t.Parallel()
-	r := startHolder(t, "wiped")
+	r := startFaultRun(t, "wiped")
 	killedAt := r.kill(false)
 	if _, err := r.pool.Exec(context.Background(), `DELETE FROM `+r.table); err != nil {
 		t.Fatal(err)
@@ -216,7 +205,7 @@ func TestKilledHolderTableWiped(t *testing.T) {
 // digest no longer matches, and the successor waits the history out.
 func TestKilledHolderRowRolledBack(t *testing.T) {
 	t.Parallel()
-	r := startHolder(t, "rolled_back")
+	r := startFaultRun(t, "rolled_back")
 	killedAt := r.kill(true)
 	if len(r.saved.rows) != 1 {
 		t.Fatalf("the saved copy has %d rows, want the holder's", len(r.saved.rows))
@@ -236,11 +225,11 @@ func TestKilledHolderRowRolledBack(t *testing.T) {
 // it, makes the next claim wait out the longest promise.
 func TestColdCopyNeedsResetHistory(t *testing.T) {
 	t.Parallel()
-	r := startHolder(t, "cold_copy")
+	r := startFaultRun(t, "cold_copy")
 	killedAt := r.kill(true)
 	r.saved.restore(t, r.pool)
 	ctx := context.Background()
-	killed := checker(t).Add("the killed holder", r.holder.ids(t))
+	killed := checker(t).Add("the killed holder", r.holder.IDs(), r.holder.Leases()...)
 	// Not detected: a claim would start before the killed holder's last
 	// second (it issues nothing here).
 	probe, err := New(r.cfg)
@@ -280,7 +269,7 @@ func hostPort(t *testing.T, s *pgtest.Server) (host, port string) {
 // primary only, and C, whose connection string names both servers (the
 // first that accepts writes is used). The replica stops receiving (it is
 // stopped) while both keep recording promises on the primary; the primary
-// fails half-way through a second; the replica is started and promoted,
+// fails; the replica is started and promoted,
 // on a new timeline, holding older records. A, cut off, issues until its
 // lease ends. C reaches the promoted replica at its next renewal, finds
 // the identity changed, stops at once and claims again. A newcomer B is
@@ -289,8 +278,6 @@ func hostPort(t *testing.T, s *pgtest.Server) (host, port string) {
 func TestTimelineChange(t *testing.T) {
 	t.Parallel()
 	primary := ownServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	ppool := newPool(t, primary.DSN())
 	table := newTable(t, ppool, "failover")
 	replica := pgtest.NewReplica(t, primary)
@@ -333,7 +320,6 @@ func TestTimelineChange(t *testing.T) {
 	ahead := behind + int64(testTTL/time.Second) + 2
 	waitPromise(t, ppool, table, lA.FirstNode, ahead)
 	waitPromise(t, ppool, table, lC.FirstNode, ahead)
-	halfSecond()
 	if err := primary.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -350,22 +336,7 @@ func TestTimelineChange(t *testing.T) {
 	// for a claim the replica still shows to lapse.
 	cfgB := cfgA
 	cfgB.Pool, cfgB.Holder = newPool(t, replica.DSN()), "B"
-	var gB *randflake.Leased
-	for {
-		var err error
-		gB, err = NewLeased(ctx, testSecret, cfgB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrNoFreeNodes) {
-			t.Fatal(err)
-		}
-		if time.Since(promotedAt) > 4*testTTL {
-			t.Fatalf("no free block on the promoted replica 4 TTLs after the promotion: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Cleanup(func() { gB.Close(context.Background()) })
+	gB := leasedWhenFree(t, cfgB, 4*testTTL)
 	waitedB := time.Since(promotedAt)
 	cB := leasetest.Collect("B", gB)
 	cB.WaitCount(t, 4000, 10*time.Second)
@@ -391,8 +362,10 @@ func TestTimelineChange(t *testing.T) {
 	beforeC, afterC := idsC[:split], idsC[split:]
 	c1 := check.Add("C before the failover", beforeC, leasesC...)
 	c2 := check.Add("C after the failover", afterC, leasesC...)
-	if a.LastAt.After(failedAt.Add(validity + 200*time.Millisecond)) {
-		t.Errorf("A, cut off, issued an ID %v after the primary failed, past its lease", a.LastAt.Sub(failedAt))
+	// A's last renewal was sent before the primary failed: its lease, and
+	// so its IDs, end the validity after that at the latest.
+	if limit := failedAt.Add(validity).Unix() - 1; a.Last > limit {
+		t.Errorf("A, cut off, issued second %d, past the validity after the primary failed (second %d)", a.Last, limit)
 	}
 	errMu.Lock()
 	lost := false
@@ -420,6 +393,13 @@ func TestTimelineChange(t *testing.T) {
 		if n.l.Start < promotedAt.Unix()+testWait {
 			t.Errorf("%s's lease %v starts before the history was waited out (from second %d)", n.who, n.l, promotedAt.Unix()+testWait)
 		}
+	}
+	var marker string
+	if err := cfgB.Pool.QueryRow(context.Background(), `SELECT marker FROM `+table+`_schema`).Scan(&marker); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(marker, "timeline+2 ") {
+		t.Errorf("the marker after the failover: %q, want the identity of timeline 2", marker)
 	}
 	t.Logf("the replica's records promised up to second %d, the primary's %d; A, cut off, issued its last ID %v after the failure; promoted %v after the failure; B was issuing %v after the promotion (lease %v); C stopped %v after the promotion and issued again from second %d (lease %v); %s",
 		behind, ahead, a.LastAt.Sub(failedAt).Round(time.Millisecond), promotedAt.Sub(failedAt).Round(time.Millisecond),

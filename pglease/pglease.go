@@ -51,12 +51,17 @@
 // clock, in the claiming statement itself. A renewal is one statement,
 // outside that lock, conditioned on the token: it moves expires_at to
 // clock_timestamp() + TTL; a claim taken over is randflake.ErrLeaseLost.
-// The engine records a new promise (Promise = TTL ahead of the clock)
-// whenever a renewal's lease end would pass the last one: about every
-// other renewal, as a holder renews a third of the way through a lease of
-// about TTL - 2 x MaxClockSkew. A promise of one TTL means that a crashed
-// holder's promise has passed when its claim lapses (one TTL after its
-// last renewal), so its successor waits nothing more.
+// The engine records a new promise (Promise = TTL ahead of the clock, in
+// a step of its own) whenever a renewal's lease end would pass the last
+// one. A holder renews a third of the way through a lease of about TTL -
+// 2 x MaxClockSkew - margin, so it records at one renewal in two or three
+// with the defaults (every 4 to 5 seconds), one in three or four with a
+// TTL of 3 s (TestPromiseWrites). One TTL is the shortest promise that
+// does not cost a write at every renewal, and the longest whose cost
+// nobody pays: a crashed holder's last promise has passed, to the second,
+// when its claim lapses one TTL after its last renewal, so its successor
+// waits at most about a second more; a longer promise would make every
+// takeover after a crash, and every wait for unknown history, longer.
 //
 // # The lease end and the clock-skew bound
 //
@@ -74,10 +79,11 @@
 //	End = floor(t0 + TTL - 2*MaxClockSkew - margin) - 1
 //
 // and the generator, which issues nothing after End, stops before anyone
-// could take its node IDs over. Every claim and renewal also reads the
-// server's clock and fails with ErrClockSkew when it differs from this
-// machine's by more than K plus the round trip, so a violated bound is
-// reported, not assumed away.
+// could take its node IDs over. Every step that claims or records, and
+// every renewal, also reads the server's clock and fails with ErrClockSkew
+// when it differs from this machine's by more than K plus the round trip,
+// so a violated bound is reported, not assumed away, and no record carries
+// a time read on a clock that far off.
 //
 // # History that goes back
 //
@@ -87,31 +93,48 @@
 // file, which any role may read); its position is the current WAL
 // location. A failover to a replica, or a point-in-time or base-backup
 // restore that ends recovery, starts a new timeline: the identity changes,
-// holders drop their claims at their next renewal, and the next claims
-// wait out the longest promise. A WAL position lower than one a running
-// process saw is treated the same way.
+// a holder drops its claim at its next renewal or promise (randflake.
+// ErrLeaseLost wrapping randflake.ErrHistoryRolledBack), and the next
+// claims wait out the longest promise. A WAL position lower than one a
+// running process saw, under the same identity, is treated the same way.
+// Rows deleted, edited or put back from an older copy while the marker
+// stays are seen through the marker's digest, and a marker deleted is
+// unknown history: both are waited out once.
 //
 // What cannot be detected: a copy of the data directory (or a dump of both
-// tables) restored under the same system identifier and timeline while no
-// holder runs. Its records and marker agree with each other and nothing
-// running remembers a later position. After such a restore, before any
-// process claims, run Source.ResetHistory (every block's history becomes
-// unknown up to now + the longest promise, so that the next claims wait
-// it out). All processes of a fleet must see the same identity: run them
-// under roles that may all, or may all not, call pg_control_system(),
-// since the identity of one kind reads as a failover to the other.
+// tables, marker included) restored under the same system identifier and
+// timeline while no holder runs. Its records and marker agree with each
+// other, and no running process remembers a later position. After such a
+// restore, before any process claims, run Source.ResetHistory (every
+// block's history becomes unknown up to now + the longest promise, so that
+// the next claims wait it out). Likewise, tables dropped and created
+// again by Migrate are fresh, as if new: do that only with no process
+// running, or reset the history after.
+//
+// All processes of a fleet must see the same identity: run them under
+// roles that may all, or may all not, call pg_control_system(). Otherwise
+// each identity reads as a failover to the other: claims are dropped and
+// waits paid whenever processes of both kinds write.
+//
+// # Roles and privileges
+//
+// Migrate needs the privileges to create the tables. The processes of the
+// fleet need only SELECT, INSERT and UPDATE on both tables (and USAGE on
+// their schema).
 //
 // # Assumptions
 //
 //   - The database keeps what it committed (fsync and synchronous_commit
-//     on), or loses it only in ways the identity shows (a new timeline).
+//     on), or loses it only in ways the identity shows (a new timeline),
+//     or while no holder runs and the operator then resets the history.
 //   - The clocks of the holders and of the server differ by at most
-//     MaxClockSkew (checked at every claim and renewal), and the server's
-//     clock_timestamp() does not step back.
+//     MaxClockSkew (checked at every claim, record and renewal), and the
+//     server's clock_timestamp() does not step back.
 //   - Every process of the fleet uses the same table, secret, node range
 //     and Nodes (the marker records the layout; a process configured
 //     otherwise is refused with randflake.ErrFleetMismatch), and nothing
-//     else writes to the tables.
+//     else writes to the tables. Processes with different TTLs set
+//     Config.Horizon to the longest.
 package pglease
 
 import (
@@ -337,10 +360,6 @@ func (s *Source) Release(ctx context.Context, l randflake.Lease, lastUsed int64)
 func (s *Source) ResetHistory(ctx context.Context) error {
 	return s.red.scrub(s.bs.ResetHistory(ctx))
 }
-
-// Store returns the source's storage layer, the randflake.BlockStore on
-// the table, for tools and tests that run the lease engine themselves.
-func (s *Source) Store() randflake.BlockStore { return s.st }
 
 // defaultHolder describes this process.
 func defaultHolder() string {

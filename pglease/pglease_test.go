@@ -169,62 +169,6 @@ func TestPasswordNeverShown(t *testing.T) {
 	}
 }
 
-// Several processes claim at once: disjoint blocks, no ID twice, and a
-// block used by two of them in turn only on later seconds.
-func TestDisjointProcesses(t *testing.T) {
-	t.Parallel()
-	srv := server(t)
-	pool := newPool(t, srv.DSN())
-	table := newTable(t, pool, "disjoint")
-	const procs = 4
-	var hs []*helper
-	for i := range procs {
-		hs = append(hs, startHelper(t, "gen", srv.DSN(), table, fmt.Sprintf("child %d", i)))
-	}
-	check := checker(t)
-	type use struct {
-		who    string
-		lo, hi int64
-	}
-	byBlock := map[int64][]use{}
-	total := 0
-	for i, h := range hs {
-		l := h.lease(t)
-		ids := h.wait(t)
-		select {
-		case l = <-h.leases: // as renewed, printed at the end
-		default:
-			t.Errorf("process %d printed no final lease", i)
-		}
-		who := fmt.Sprintf("process %d (%v)", i, l)
-		sp := check.Add(who, ids, l)
-		lo, hi := sp.First, sp.Last
-		if len(ids) == 0 {
-			t.Errorf("%s issued no IDs", who)
-		}
-		byBlock[l.FirstNode] = append(byBlock[l.FirstNode], use{who, lo, hi})
-		total += len(ids)
-		t.Logf("%s: %d IDs on seconds %d-%d", who, len(ids), lo, hi)
-	}
-	for first, us := range byBlock {
-		for i := range us {
-			for j := range us {
-				if i != j && us[i].lo <= us[j].hi && us[j].lo <= us[i].hi {
-					t.Errorf("block %d: %s (seconds %d-%d) and %s (%d-%d) overlap", first, us[i].who, us[i].lo, us[i].hi, us[j].who, us[j].lo, us[j].hi)
-				}
-			}
-		}
-	}
-	var rows, held int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(token) FROM `+table).Scan(&rows, &held); err != nil {
-		t.Fatal(err)
-	}
-	if held != 0 || rows > procs {
-		t.Errorf("after clean exits: %d rows, %d still claimed", rows, held)
-	}
-	t.Logf("%d processes on %d blocks: %d IDs, none twice", procs, len(byBlock), total)
-}
-
 // Claimants beyond the blocks are refused with ErrNoFreeNodes, even when
 // a stale reading makes a claimant try a held block; a process configured
 // for another block size is refused; and a released block passes at once
@@ -507,4 +451,69 @@ func TestClockSkewRefused(t *testing.T) {
 	}
 	t.Logf("a true clock claimed the jumped holder's node IDs %v after its failed release, lease %v after %v, without ErrClockBehind",
 		time.Since(began).Round(time.Millisecond), l2, l)
+}
+
+// stepCounter is a store that counts its renewals and the steps on a held
+// claim that record a promise.
+type stepCounter struct {
+	*store
+	mu               sync.Mutex
+	renewals, writes int
+}
+
+func (c *stepCounter) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+	c.mu.Lock()
+	c.renewals++
+	c.mu.Unlock()
+	return c.store.Renew(ctx, held)
+}
+
+func (c *stepCounter) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+	return c.store.Update(ctx, held, all, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+		ch, err := fn(v)
+		if err == nil && held != nil && ch != nil && len(ch.Records) > 0 && !ch.Release {
+			c.mu.Lock()
+			c.writes++
+			c.mu.Unlock()
+		}
+		return ch, err
+	})
+}
+
+// With promises of one TTL, a holder records its seconds at some of its
+// renewals only, never more often than it renews, and its lease follows
+// the renewals without a gap.
+func TestPromiseWrites(t *testing.T) {
+	t.Parallel()
+	srv := server(t)
+	pool := newPool(t, srv.DSN())
+	table := newTable(t, pool, "promises")
+	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew}
+	st := &stepCounter{store: openStore(t, cfg)}
+	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.layout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: testSecret, Source: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := leasetest.Collect("holder", g)
+	time.Sleep(6 * time.Second)
+	st.mu.Lock()
+	renewals, writes := st.renewals, st.writes
+	st.mu.Unlock()
+	check := checker(t)
+	check.AddCollector(c)
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if writes < 1 || writes > renewals {
+		t.Errorf("in 6s: %d renewals, %d promises recorded; want at least one promise, and none without a renewal", renewals, writes)
+	}
+	if errs := c.Errors(); len(errs) > 0 {
+		t.Errorf("the holder's generator failed: %v", errs)
+	}
+	t.Logf("in 6s with a TTL of %v: %d renewals, %d promises recorded (the claim's own not counted); %s", testTTL, renewals, writes, check)
 }
