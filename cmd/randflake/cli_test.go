@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/statedir"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -350,8 +351,14 @@ func TestGenClaimsForLargeN(t *testing.T) {
 		}
 		var blocks []string
 		for _, l := range strings.Split(string(state), "\n") {
-			if f := strings.Fields(l); len(f) == 3 && f[0] != "randflake" && !strings.HasPrefix(l, "#") {
-				blocks = append(blocks, f[0])
+			// "record FIRST rfb1 ...": the record of node IDs FIRST to
+			// FIRST+63, block FIRST/64.
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "record" {
+				first, err := strconv.Atoi(f[1])
+				if err != nil {
+					t.Fatalf("state line %q", l)
+				}
+				blocks = append(blocks, strconv.Itoa(first/statedir.BlockSize))
 			}
 		}
 		if got := strings.Join(blocks, " "); got != c.blocks {

@@ -254,7 +254,7 @@ func TestWaitingForEtcdIsReported(t *testing.T) {
 }
 
 var (
-	waitingForStart = regexp.MustCompile(`msg="(?:randflake: waiting for the lease to start|statedir: waiting for the previous holder)[^"]*" nodes=(\S+) start=(\S+)`)
+	waitingForStart = regexp.MustCompile(`msg="randflake: waiting for the (?:lease to start|previous holder)[^"]*"(?: store="[^"]*")? nodes=(\S+) start=(\S+)`)
 	leaseAcquired   = regexp.MustCompile(`msg="randflake: lease acquired" nodes=(\S+) start=(\S+)`)
 )
 

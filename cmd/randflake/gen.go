@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
-	"github.com/randflake/randflake/etcdlease"
 	"github.com/randflake/randflake/statedir"
 )
 
@@ -65,12 +64,11 @@ func (c *genCmd) run(e *env, args []string) error {
 	if c.wait <= 0 {
 		return usagef("--wait must be positive")
 	}
-	if c.gen.lease.claim == 0 && c.gen.lease.nodes == "" {
-		def := c.gen.lease.defaultClaim
-		if c.gen.lease.etcd != "" {
-			def = etcdlease.DefaultNodes
-		}
-		c.gen.lease.claim = genClaim(c.n, def)
+	if c.gen.lease.claim == 0 && c.gen.lease.nodes == "" && c.gen.lease.etcd == "" {
+		// From the state directory, enough blocks for -n IDs in a
+		// second. From etcd, the fleet's block size: --claim or the
+		// default, which the fleet's marker records.
+		c.gen.lease.claim = genClaim(c.n, c.gen.lease.defaultClaim)
 	}
 	warnKernel(e)
 	log, err := newLogger(e.stderr, "text", slog.LevelWarn)

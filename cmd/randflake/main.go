@@ -9,6 +9,7 @@
 //	randflake bench
 //	randflake serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS]
 //	randflake load --url URL
+//	randflake lease reset-history [--node-source SOURCE]
 //	randflake completion bash|zsh
 //	randflake version
 //	randflake help [COMMAND]
@@ -85,7 +86,8 @@ func run(e *env, args []string) int {
 // commands is the table of subcommands, in the order of the usage text.
 // Each is a type in a file of its own (gen.go, inspect.go, ...) holding its
 // usage text, its flags and its run method; flags.go has the flag helpers
-// they share, lease.go the node IDs of gen and serve, secret.go the secret.
+// they share, nodesource.go the node IDs of gen, serve and lease,
+// secret.go the secret.
 func commands() []command {
 	return []command{
 		{"gen", "print new IDs", genUsage, func() subcommand { return new(genCmd) }},
@@ -95,6 +97,7 @@ func commands() []command {
 		{"bench", "measure the cipher kernels and generators on this CPU", benchUsage, func() subcommand { return new(benchCmd) }},
 		{"serve", "serve IDs over HTTP", serveUsage, func() subcommand { return new(serveCmd) }},
 		{"load", "load-test a running `randflake serve`", loadUsage, func() subcommand { return new(loadCmd) }},
+		{"lease", "the node-ID leases' store: reset-history", leaseUsage, func() subcommand { return new(leaseCmd) }},
 		{"completion", "shell completion script: bash or zsh", completionUsage, func() subcommand { return new(completionCmd) }},
 		{"version", "version, revision, Go version and kernel", versionUsage, func() subcommand { return new(versionCmd) }},
 		{"help", "help on a command", helpUsage, func() subcommand { return new(helpCmd) }},

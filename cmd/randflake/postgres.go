@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/pglease"
 )
 
@@ -30,41 +29,34 @@ func (p *postgresFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.migrate, "postgres-migrate", false, "create the PostgreSQL tables (or check their schema version) before claiming; safe to repeat")
 }
 
-// openPostgres claims node IDs from PostgreSQL, within ctx, saying on log
-// while it waits. Every machine must share the secret, so it may not be
-// nil. Errors never contain the DSN's password.
-func (l *leaseFlags) openPostgres(ctx context.Context, log *slog.Logger, secret []byte) (*leased, error) {
-	if secret == nil {
-		return nil, errors.New("--node-source postgres needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
-	}
+// openPostgres opens the PostgreSQL source on --postgres-dsn and, with
+// --postgres-migrate, creates the tables first (waiting, within ctx, for a
+// server not reachable yet). Errors never contain the DSN's password.
+func (l *leaseFlags) openPostgres(ctx context.Context, log *slog.Logger, secret []byte) (*openedSource, error) {
 	schema, table := splitTable(l.pg.table)
 	src, err := pglease.New(pglease.Config{
-		DSN: l.pg.dsn, Schema: schema, Table: table, Nodes: l.claim, TTL: l.pg.ttl, Logger: log,
+		DSN: l.pg.dsn, Secret: secret, Schema: schema, Table: table, Nodes: l.claim, TTL: l.pg.ttl, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	defer waitNotice(log, "still waiting for node IDs from PostgreSQL", "table", l.pg.table)()
 	if l.pg.migrate {
-		if err := untilReachable(ctx, func() error { return src.Migrate(ctx) }); err != nil {
+		stop := waitNotice(log, "still waiting for PostgreSQL to create the tables", "table", l.pg.table)
+		err := untilReachable(ctx, func() error { return src.Migrate(ctx) })
+		stop()
+		if err != nil {
 			src.Close()
 			return nil, fmt.Errorf("postgres: creating the tables: %w", err)
 		}
 	}
-	rs := &renewalCounter{LeaseSource: src}
-	var g *randflake.Leased
-	err = untilReachable(ctx, func() (err error) {
-		g, err = randflake.NewLeased(ctx, randflake.LeasedConfig{Secret: secret, Source: rs, Logger: log})
-		return err
-	})
-	if err != nil {
-		src.Close()
-		if errors.Is(err, pglease.ErrNoSchema) {
-			return nil, fmt.Errorf("postgres: %w; create them with --postgres-migrate or pglease/schema.sql", err)
-		}
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	return &leased{Leased: g, describe: "postgres " + l.pg.table, cleanup: src.Close, renewals: rs}, nil
+	return &openedSource{src: src, secret: secret, describe: "postgres " + l.pg.table, network: true, cleanup: src.Close,
+		waiting: "still waiting for node IDs from PostgreSQL", waitingArgs: []any{"table", l.pg.table},
+		wrap: func(err error) error {
+			if errors.Is(err, pglease.ErrNoSchema) {
+				return fmt.Errorf("postgres: %w; create them with --postgres-migrate or pglease/schema.sql", err)
+			}
+			return fmt.Errorf("postgres: %w", err)
+		}}, nil
 }
 
 // untilReachable runs op until it succeeds, fails for a reason other than
