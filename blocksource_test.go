@@ -333,12 +333,12 @@ func TestBlockSourceGoesBackUnderHolder(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			from := time.Now().Unix() // the history is unknown from the fault on
 			c.fault(b, saved)
 			_, err = src.Renew(ctx, l)
 			if !errors.Is(err, randflake.ErrLeaseLost) || !errors.Is(err, randflake.ErrHistoryRolledBack) {
 				t.Fatalf("renewal after the store went back: %v, want ErrLeaseLost wrapping ErrHistoryRolledBack", err)
 			}
-			from := time.Now().Unix()
 			next, _ := newSource(t, b, lapsing, 1)
 			ln, err := next.Acquire(ctx)
 			if err != nil {
@@ -390,10 +390,10 @@ func TestBlockSourceResetHistoryKeepsHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	op, _ := newSource(t, b, lapsing, 1)
+	from := time.Now().Unix()
 	if err := op.ResetHistory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	from := time.Now().Unix()
 	time.Sleep(1100 * time.Millisecond)
 	if l2, err := holder.Renew(ctx, l); err != nil || l2.End <= l.End {
 		t.Errorf("the holder's renewal after ResetHistory: %v, %v; want it renewed past %d", l2, err, l.End)

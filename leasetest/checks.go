@@ -163,9 +163,9 @@ func rangeChecks(e *env) {
 
 	// A marker saying that history is unknown up to after the lifetime.
 	digest := strings.Repeat("00", 16)
+	from := time.Now().Unix()
 	e.s.WriteMarker(t, e.sign.marker(fmt.Sprintf("id=forged first=%d last=%d size=%d horizon=%d unknown=%d digest=%s",
 		ly.FirstNode, ly.LastNode, ly.Size, e.wait, randflake.MaxTimestamp+1, digest)))
-	from := time.Now().Unix()
 	y := e.newProc("after-marker", opts{})
 	lm, err := y.acquire()
 	if err != nil {

@@ -28,9 +28,11 @@ func wipeUnderLoad(e *env, keepMarker bool) {
 	k.runFor(time.Second)
 	midSecond()
 	spk, lk := k.kill()
-	wipe(t)
+	// Seconds count from before the fault: a holder may find it, and make
+	// the history unknown, before the hook returns.
 	wiped := time.Now()
 	from := wiped.Unix()
+	wipe(t)
 	s := e.start("successor", opts{})
 	ls := s.first()
 	e.waited("the successor", ls, from)
@@ -80,8 +82,8 @@ func editedRecord(e *env) {
 	if err != nil {
 		t.Fatalf("the killed holder's record: %v", err)
 	}
-	e.s.WriteRecord(t, lk.FirstNode, edited)
 	from := time.Now().Unix()
+	e.s.WriteRecord(t, lk.FirstNode, edited)
 	s := e.takeOver(lk, spk, from)
 	t.Logf("record %q edited to %q; the successor waited %v, its lease starts at %d after the killed holder's last second %d; %s",
 		raw, edited, s.took.Round(time.Millisecond), s.first().Start, spk.Last, e.check)
@@ -130,8 +132,8 @@ func rolledBackRecord(e *env) {
 	if spk.Last <= oldr.until {
 		t.Fatalf("the holder's last second %d is not after the old record's %d: the test cannot tell a rollback from none", spk.Last, oldr.until)
 	}
-	e.s.WriteRecord(t, f, old)
 	from := time.Now().Unix()
+	e.s.WriteRecord(t, f, old)
 	s := e.takeOver(lk, spk, from)
 	t.Logf("record of second %d put back after the holder used second %d; the successor waited %v, its lease starts at %d; %s",
 		oldr.until, spk.Last, s.took.Round(time.Millisecond), s.first().Start, e.check)
@@ -162,10 +164,10 @@ func saveRestore(e *env) {
 	b.release(lb)
 	ctx, cancel := context.WithTimeout(context.Background(), e.budget)
 	defer cancel()
+	from := time.Now().Unix()
 	if err := b.src.ResetHistory(ctx); err != nil {
 		t.Fatalf("ResetHistory: %v", err)
 	}
-	from := time.Now().Unix()
 	c := e.start("after-reset", opts{})
 	lc := c.first()
 	e.waited("the first holder after ResetHistory", lc, from)
@@ -188,8 +190,8 @@ func rollbackSeen(e *env) {
 	a.col.WaitCount(t, 100, e.budget)
 	goBack := e.s.Rollback(t)
 	a.runFor(e.info.Promise + 1500*time.Millisecond)
-	goBack(t)
 	back := time.Now()
+	goBack(t)
 	var seen error
 	for deadline := back.Add(e.budget); seen == nil; time.Sleep(20 * time.Millisecond) {
 		for _, err := range a.errors() {
@@ -202,7 +204,9 @@ func rollbackSeen(e *env) {
 		}
 	}
 	detected := time.Since(back)
-	from := time.Now().Unix()
+	// The history is unknown from the rollback on (the holder made it so
+	// when it found it).
+	from := back.Unix()
 	n := e.start("newcomer", opts{})
 	ln := n.first()
 	e.waited("the newcomer", ln, from)
