@@ -17,8 +17,9 @@ type Generator interface {
 	Lease() randflake.Lease
 }
 
-// Issued is an ID and the wall time it was handed out (zero if unknown:
-// IDs read back from a killed process's file).
+// Issued is an ID and when it was handed out: the wall time its batch
+// was asked for, so never after the ID existed, however late its
+// goroutine ran afterwards.
 type Issued struct {
 	ID int64
 	At time.Time
@@ -60,8 +61,8 @@ func (c *Collector) run() {
 			return
 		case <-pause.C:
 		}
-		n, err := c.g.GenerateBatch(batch)
 		now := time.Now()
+		n, err := c.g.GenerateBatch(batch)
 		c.noteLease()
 		c.mu.Lock()
 		for _, id := range batch[:n] {
@@ -194,7 +195,8 @@ type Span struct {
 	// First and Last are the oldest and newest seconds among them (0 if
 	// none).
 	First, Last int64
-	// LastAt is when the last of them was handed out (zero if unknown).
+	// LastAt is when the last of them was handed out (zero if the IDs
+	// carry no time).
 	LastAt time.Time
 	// Nodes maps each node ID used to the newest second used on it.
 	Nodes map[int64]int64

@@ -151,8 +151,8 @@ func runHolder(raw string, open func(string) (randflake.BlockStore, error)) erro
 	batch := make([]int64, 32)
 	buf := make([]byte, idRecordSize*len(batch))
 	for deadline := time.Now().Add(run); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		n, _ := g.GenerateBatch(batch)
 		now := uint64(time.Now().UnixNano())
+		n, _ := g.GenerateBatch(batch)
 		for i, id := range batch[:n] {
 			binary.LittleEndian.PutUint64(buf[idRecordSize*i:], uint64(id))
 			binary.LittleEndian.PutUint64(buf[idRecordSize*i+8:], now)
