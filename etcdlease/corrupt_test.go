@@ -2,8 +2,8 @@ package etcdlease
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,54 +11,100 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Every second read from etcd is checked before any arithmetic: a used
-// key outside the lifetime of Randflake IDs is refused, never wrapped into
-// a lease that starts at once; a range used up to the last second is
-// never handed out again.
-func TestUsedSecondsRangeChecked(t *testing.T) {
-	srv := startEtcd(t)
-	cli := newClient(t, srv.endpoint())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for i, bad := range []string{"9223372036854775807", "9223372036854775806", "-5", "0", "12x", fmt.Sprint(int64(randflake.MaxTimestamp) + 1)} {
-		prefix := fmt.Sprintf("/corrupt%d/", i)
-		if _, err := cli.Put(ctx, prefix+"used/000000", bad); err != nil {
-			t.Fatal(err)
-		}
-		src, err := New(Config{Client: cli, Prefix: prefix, Nodes: 1, LastNode: 0, TTL: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := src.Acquire(ctx)
-		if !errors.Is(err, ErrCorrupt) {
-			t.Errorf("used second %q: Acquire gave %v, %v; want ErrCorrupt", bad, l, err)
-		}
-		if err != nil {
-			// Nothing is left claimed.
-			resp, _ := cli.Get(ctx, prefix+"claim/", clientv3.WithPrefix())
-			if resp != nil && len(resp.Kvs) != 0 {
-				t.Errorf("used second %q: %d claim keys left behind", bad, len(resp.Kvs))
+// A record that fails its check, or an older one put back even with a
+// valid check, is history the engine cannot trust: the next claim of the
+// prefix waits out the horizon, and is never wrapped into a lease that
+// starts at once or refused with an error. Values this package wrote
+// before the lease engine (a bare second) are such records too.
+func TestBadRecordsWaitedOut(t *testing.T) {
+	t.Parallel()
+	_, cli := startEtcd(t)
+	cases := map[string]func(old, cur string) string{
+		"max int64":           func(string, string) string { return "9223372036854775807" },
+		"negative":            func(string, string) string { return "-5" },
+		"bare second":         func(string, string) string { return fmt.Sprint(time.Now().Unix() - 100) },
+		"garbage":             func(string, string) string { return "12x" },
+		"empty":               func(string, string) string { return "" },
+		"tag flipped":         func(_, cur string) string { return flipLast(cur) },
+		"older, valid tag":    func(old, _ string) string { return old },
+		"another block's tag": func(_, cur string) string { return "rfb1 16 31" + cur[len("rfb1 0 15"):] },
+	}
+	// The cases run side by side, each on a prefix of its own: each
+	// waits out the horizon twice.
+	var wg sync.WaitGroup
+	for name, bad := range cases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			waited, err := badRecordCase(cli, "/bad/"+name+"/", bad)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				return
 			}
-		}
+			t.Logf("%s: the claim waited %d s", name, waited)
+		}()
 	}
+	wg.Wait()
+}
 
-	prefix := "/usedup/"
-	if _, err := cli.Put(ctx, prefix+"used/000000", fmt.Sprint(int64(randflake.MaxTimestamp))); err != nil {
-		t.Fatal(err)
+// badRecordCase runs one case of TestBadRecordsWaitedOut: two holders in
+// turn leave a record each on the block of prefix, bad replaces the record
+// given the two, and a claim follows. It returns how many seconds after
+// its claim the lease started.
+func badRecordCase(cli *clientv3.Client, prefix string, bad func(old, cur string) string) (int64, error) {
+	cfg := testConfig(cli, prefix, 15, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var recs []string
+	for range 2 {
+		g, err := NewLeased(ctx, testSecret, cfg)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := g.Generate(); err != nil {
+			return 0, err
+		}
+		if err := g.Close(ctx); err != nil {
+			return 0, err
+		}
+		resp, err := cli.Get(ctx, prefix+"record/000000")
+		if err != nil || len(resp.Kvs) != 1 {
+			return 0, fmt.Errorf("no record after a release: %v", err)
+		}
+		recs = append(recs, string(resp.Kvs[0].Value))
+		time.Sleep(1100 * time.Millisecond) // a later second for the next record
 	}
-	src, err := New(Config{Client: cli, Prefix: prefix, Nodes: 1, LastNode: 1, TTL: 3 * time.Second})
+	if recs[0] == recs[1] {
+		return 0, fmt.Errorf("the two holders left the same record %q", recs[0])
+	}
+	if _, err := cli.Put(ctx, prefix+"record/000000", bad(recs[0], recs[1])); err != nil {
+		return 0, err
+	}
+	src, err := New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
+	claimed := time.Now().Unix()
 	l, err := src.Acquire(ctx)
-	if err != nil || l.FirstNode != 1 {
-		t.Fatalf("with node 0 used up: %v, %v; want node 1", l, err)
+	if err != nil {
+		return 0, fmt.Errorf("Acquire: %w; want a lease after the horizon", err)
 	}
-	other, _ := New(Config{Client: cli, Prefix: prefix, Nodes: 1, LastNode: 1, TTL: 3 * time.Second})
-	if l2, err := other.Acquire(ctx); !errors.Is(err, ErrNoFreeNodes) {
-		t.Errorf("with node 0 used up and node 1 held: %v, %v; want ErrNoFreeNodes", l2, err)
+	if err := src.Release(ctx, l, 0); err != nil {
+		return 0, err
 	}
-	if err := src.Release(ctx, l, l.Start); err != nil {
-		t.Fatal(err)
+	if l.Start <= claimed+horizonSeconds || l.End < l.Start || l.End > randflake.MaxTimestamp {
+		return 0, fmt.Errorf("lease %v after a bad record; want one starting after %d", l, claimed+horizonSeconds)
 	}
+	return l.Start - claimed, nil
+}
+
+// flipLast changes the last hexadecimal digit of s.
+func flipLast(s string) string {
+	b := []byte(s)
+	if b[len(b)-1] == '0' {
+		b[len(b)-1] = '1'
+	} else {
+		b[len(b)-1] = '0'
+	}
+	return string(b)
 }

@@ -1,0 +1,126 @@
+package etcdlease
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/etcdlease/etcdtest"
+	"github.com/randflake/randflake/leasetest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The lease engine's conformance suite on real etcd: every subtest on an
+// etcd server of its own, so that a wipe or a restore touches nothing
+// else.
+func TestConformance(t *testing.T) {
+	leasetest.Run(t, leasetest.Harness{
+		Layout:   randflake.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16},
+		New:      newConformanceStore,
+		Parallel: true,
+	})
+}
+
+const conformancePrefix = "/conformance/"
+
+// newConformanceStore starts an etcd server for one subtest and returns
+// its hooks: each handle is a Store on a client of its own; Kill closes
+// that client (its claims stay until their etcd leases expire); the
+// faults are an operator's, through a client of the test's.
+func newConformanceStore(t *testing.T) *leasetest.Store {
+	srv := etcdtest.New(t)
+	admin := newClient(t, srv.Endpoint())
+	var mu sync.Mutex
+	clients := map[randflake.BlockStore]*clientv3.Client{}
+	ctx := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	get := func(t *testing.T, key string) []byte {
+		resp, err := admin.Get(ctx(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		return append([]byte{}, resp.Kvs[0].Value...)
+	}
+	set := func(t *testing.T, key string, raw []byte) {
+		var err error
+		if raw == nil {
+			_, err = admin.Delete(ctx(), key)
+		} else {
+			_, err = admin.Put(ctx(), key, string(raw))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// snapshot saves the keyspace and returns a function that restores
+	// it under opts.
+	snapshot := func(t *testing.T, opts etcdtest.RestoreOptions) func(*testing.T) {
+		path := filepath.Join(t.TempDir(), "snapshot.db")
+		if err := srv.Snapshot(ctx(), path); err != nil {
+			t.Fatal(err)
+		}
+		return func(t *testing.T) {
+			if err := srv.Restore(ctx(), path, opts); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := &leasetest.Store{Addr: srv.Endpoint()}
+	s.Open = func(t *testing.T, p leasetest.Process) (randflake.BlockStore, error) {
+		addr := p.Addr
+		if addr == "" {
+			addr = srv.Endpoint()
+		}
+		cli := newClient(t, addr)
+		st, err := NewStore(Config{Client: cli, Prefix: conformancePrefix, Nodes: p.Layout.Size, FirstNode: p.Layout.FirstNode, LastNode: p.Layout.LastNode,
+			TTL: testTTL, Promise: testTTL, Holder: p.Name})
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		clients[st] = cli
+		mu.Unlock()
+		return st, nil
+	}
+	s.Kill = func(t *testing.T, st randflake.BlockStore) {
+		mu.Lock()
+		cli := clients[st]
+		mu.Unlock()
+		if cli == nil {
+			t.Fatalf("Kill of a store not opened here: %T", st)
+		}
+		cli.Close()
+	}
+	s.Wipe = func(t *testing.T) {
+		if _, err := srv.Ctl(ctx(), "del", "--prefix", conformancePrefix); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.WipeKeepMarker = func(t *testing.T) {
+		if _, err := admin.Txn(ctx()).Then(
+			clientv3.OpDelete(conformancePrefix+"record/", clientv3.WithPrefix()),
+			clientv3.OpDelete(conformancePrefix+"claim/", clientv3.WithPrefix()),
+		).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recordKey := func(first int64) string { return (&Store{prefix: conformancePrefix}).recordKey(first) }
+	s.ReadRecord = func(t *testing.T, first int64) []byte { return get(t, recordKey(first)) }
+	s.WriteRecord = func(t *testing.T, first int64, raw []byte) { set(t, recordKey(first), raw) }
+	s.ReadMarker = func(t *testing.T) []byte { return get(t, conformancePrefix+"marker") }
+	s.WriteMarker = func(t *testing.T, raw []byte) { set(t, conformancePrefix+"marker", raw) }
+	// A snapshot restored under the same cluster ID: undetectable while
+	// no holder runs; a running holder sees the revision go back.
+	s.Save = func(t *testing.T) func(*testing.T) { return snapshot(t, etcdtest.RestoreOptions{}) }
+	s.Rollback = func(t *testing.T) func(*testing.T) { return snapshot(t, etcdtest.RestoreOptions{}) }
+	return s
+}

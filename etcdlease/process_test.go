@@ -1,0 +1,110 @@
+package etcdlease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/leasetest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) {
+	leasetest.HolderMain(openHolderStore)
+	os.Exit(m.Run())
+}
+
+// holderArg is what a holder process is told (as leasetest.HolderConfig's
+// Arg, in JSON): the store it opens.
+type holderArg struct {
+	Endpoint string // etcd's client address
+	Prefix   string
+	Last     int64  // the fleet's last node ID: blocks of 16 from 0
+	Name     string // its name in its claims
+}
+
+// holderLayout is the layout of a holder's fleet.
+func holderLayout(last int64) randflake.BlockLayout {
+	return randflake.BlockLayout{FirstNode: 0, LastNode: last, Size: 16}
+}
+
+// openHolderStore opens, in a holder process, the store its arg names,
+// with the test configuration.
+func openHolderStore(arg string) (randflake.BlockStore, error) {
+	var a holderArg
+	if err := json.Unmarshal([]byte(arg), &a); err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{a.Endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	return NewStore(testConfig(cli, a.Prefix, a.Last, a.Name))
+}
+
+// startHolder starts a holder process on the etcd at endpoint, claiming
+// under prefix in 0..last with the test secret; it is killed when t ends.
+func startHolder(t *testing.T, endpoint, prefix string, last int64, name string) *leasetest.Holder {
+	t.Helper()
+	arg, _ := json.Marshal(holderArg{Endpoint: endpoint, Prefix: prefix, Last: last, Name: name})
+	return leasetest.StartHolder(t, leasetest.HolderConfig{Name: name, Arg: string(arg), Secret: testSecret, Layout: holderLayout(last)})
+}
+
+// A holder killed with SIGKILL keeps its node IDs until its etcd lease's
+// TTL passes; then another claimant takes them over and issues IDs that
+// start after the killed holder's last second.
+func TestKilledHolder(t *testing.T) {
+	t.Parallel()
+	srv, cli := startEtcd(t)
+	h := startHolder(t, srv.Endpoint(), "/killed/", 15, "doomed")
+	l1 := h.Lease(40 * time.Second)
+	h.WaitIDs(32*20, 10*time.Second)
+	// Let it renew at least once, so its promise is ahead of its start.
+	time.Sleep(time.Second)
+
+	cfg := testConfig(cli, "/killed/", 15, "successor")
+	ctx := context.Background()
+	if _, err := NewLeased(ctx, testSecret, cfg); !errors.Is(err, ErrNoFreeNodes) {
+		t.Fatalf("claim while the holder lives: %v, want ErrNoFreeNodes", err)
+	}
+	killedAt := h.KillMidSecond()
+	var g *randflake.Leased
+	var err error
+	var refused time.Duration // the last refusal, after the kill
+	for {
+		g, err = NewLeased(ctx, testSecret, cfg)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNoFreeNodes) {
+			t.Fatal(err)
+		}
+		if time.Since(killedAt) > 3*testTTL {
+			t.Fatal("the killed holder's node IDs not free 3 TTLs after SIGKILL")
+		}
+		refused = time.Since(killedAt)
+		time.Sleep(50 * time.Millisecond)
+	}
+	startedAt := time.Since(killedAt)
+	defer g.Close(ctx)
+	// The last keep-alive was at most a renewal interval (under a second
+	// with a 3s TTL) before the kill.
+	if refused < testTTL-time.Second {
+		t.Errorf("node IDs taken over %v after SIGKILL, before the TTL could pass", refused)
+	}
+	c := leasetest.Collect("the successor", g)
+	c.WaitCount(t, 1000, 10*time.Second)
+	check := leasetest.NewChecker(t, testSecret)
+	dead := check.Add("the killed holder", h.IDs(), h.Leases()...)
+	next := check.AddCollector(c)
+	if l2 := g.Lease(); l2.FirstNode != l1.FirstNode || l2.Start <= dead.Last || next.First <= dead.Last {
+		t.Errorf("the successor's lease %v (first ID at second %d) does not start after the killed holder's last second %d on its node IDs", l2, next.First, dead.Last)
+	}
+	t.Logf("killed holder: node IDs refused until %v after SIGKILL, the successor issuing %v after it; %v",
+		refused.Round(time.Millisecond), startedAt.Round(time.Millisecond), check)
+}
