@@ -46,7 +46,10 @@ type BlockStore interface {
 	// one else can claim the blocks before the end that StoreInfo.EndFor
 	// gives for t0, a time taken before Renew was called. It also reports
 	// the store's identity and position as seen by the renewal. An error
-	// wrapping ErrLeaseLost means the claim is gone for good; other
+	// wrapping ErrLeaseLost means the claim is gone for good; a store
+	// that read its identity reports it with the loss too, so that a
+	// claim lost because the store went back to a copy in which it had
+	// lapsed is known as the rollback it is (ErrHistoryRolledBack). Other
 	// errors are transient (the store unreachable): the claim stays
 	// valid until the last end given.
 	Renew(ctx context.Context, held StoreClaim) (StoreIdentity, error)
