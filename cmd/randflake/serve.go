@@ -190,7 +190,7 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 	if c.clientBurst > 0 && c.clientRate == 0 {
 		return nil, usagef("--client-burst needs --client-rate")
 	}
-	if c.opsListen != "" && c.opsListen == c.listen {
+	if c.opsListen != "" && c.opsListen == c.listen && !strings.HasSuffix(c.listen, ":0") {
 		return nil, usagef("--ops-listen must be another address than --listen")
 	}
 	if err := c.gen.lease.check(); err != nil {
