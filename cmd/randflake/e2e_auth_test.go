@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -274,7 +275,7 @@ func TestServeClientRate(t *testing.T) {
 	const d = 5 * time.Second
 	const rate = 1 << 20
 	// 64 node IDs: 8,388,608 IDs a second in all.
-	p := startServe(t, "--nodes", "0-63", "--issue-tokens-file", tokens, "--client-rate", fmt.Sprint(rate), "--client-burst", fmt.Sprint(1<<20))
+	p := startServe(t, "--nodes", "0-63", "--issue-tokens-file", tokens, "--client-rate", fmt.Sprint(rate), "--client-burst", fmt.Sprint(1<<20), "--max-binary-count", fmt.Sprint(2<<20))
 	flood, steady := fairnessLoad(t, p.url, 2, d)
 	t.Logf("with --client-rate %d: steady: %d requests, %.2f%% served, p99 %v, %d IDs; flood: %d requests, %d served, %d refused (429), %d IDs",
 		rate, steady.requests, 100*steady.successRate(), steady.p99(), steady.ids, flood.requests, flood.ok, flood.quota, flood.ids)
@@ -309,6 +310,26 @@ func TestServeClientRate(t *testing.T) {
 	if n := len(mfs["randflake_client_ids_issued_total"].GetMetric()); n != 3 {
 		t.Errorf("%d series of randflake_client_ids_issued_total, want 3 (flood, steady, other)", n)
 	}
+	// What curl sees: the flooder's share is used up (429 with the
+	// seconds until a batch fits), and a batch above the burst could
+	// never fit (400).
+	url := p.url + "/v1/ids?count=1048576"
+	var r curlResult
+	for range 3 { // the share refills at a batch a second: the second asks too early
+		if r = runCurl(t, "-H", "Authorization: Bearer flood-token-0123456789", "-H", "Accept: application/octet-stream", url); r.status != 200 {
+			break
+		}
+	}
+	if secs, err := strconv.Atoi(r.header.Get("Retry-After")); r.status != 429 || err != nil || secs < 1 || secs > 2 || !strings.Contains(string(r.body), `"kind":"quota"`) {
+		t.Errorf("curl as the flooder: %d, Retry-After %q, %s; want 429 quota with Retry-After 1 or 2", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	checkCurl(t, url, r)
+	url = p.url + "/v1/ids?count=1048577"
+	r = runCurl(t, "-H", "Authorization: Bearer steady-token-0123456789", "-H", "Accept: application/octet-stream", url)
+	if r.status != 400 || !strings.Contains(string(r.body), "a client's burst") {
+		t.Errorf("curl for more than the burst: %d %s; want 400", r.status, r.body)
+	}
+	checkCurl(t, url, r)
 	stop(t, p)
 
 	// The control: the same load without shares.
@@ -317,4 +338,19 @@ func TestServeClientRate(t *testing.T) {
 	t.Logf("without --client-rate: steady: %d requests, %.2f%% served (first failure: %s), p99 %v; flood: %d requests, %d served, %d IDs",
 		steady.requests, 100*steady.successRate(), steady.firstErr, steady.p99(), flood.requests, flood.ok, flood.ids)
 	stop(t, c)
+}
+
+// SIGHUP no longer ends serve: without files to reload it says so, and
+// goes on serving. (It used to end the process, as an unhandled SIGHUP
+// does.)
+func TestServeSIGHUPWithoutFiles(t *testing.T) {
+	p := startServe(t, "--nodes", "0-63")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, p, regexp.MustCompile(`msg="SIGHUP: nothing to reload`), 10*time.Second)
+	if _, err := getIDs(http.DefaultClient, p.url, 10); err != nil {
+		t.Fatalf("after SIGHUP: %v", err)
+	}
+	stop(t, p)
 }
