@@ -345,6 +345,12 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 	var unknown int64
 	handle, err := s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
 		c, refused, reason = nil, 0, ""
+		// The clock again, once the store has been read: a step that
+		// waited for the store (a lock, a busy server) may read a
+		// record another process wrote in a second that began after t0,
+		// which is not a clock behind (rule 9). t0 stays the start of
+		// the claim for EndFor.
+		now := max(now, s.now().Unix())
 		a, err := s.assess(v, now)
 		if err != nil {
 			return nil, err
@@ -637,6 +643,7 @@ func (s *BlockSource) ResetHistory(ctx context.Context) error {
 
 func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
 	var err error
+	var unknown int64
 	for attempt := 0; attempt < 8; attempt++ {
 		now := s.now().Unix()
 		_, err = s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
@@ -646,13 +653,17 @@ func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
 			}
 			wait := max(s.wait, a.marker.horizon+ceilSeconds(s.info.MaxClockSkew))
 			a.marker.unknown = max(a.marker.unknown, min(now+wait, MaxTimestamp))
+			unknown = a.marker.unknown
 			return &StoreChanges{Marker: formatMarker(s.key, a.marker)}, nil
 		})
 		if !errors.Is(err, ErrStoreConflict) {
 			break
 		}
 	}
-	_ = why
+	if err == nil {
+		s.logWarn("randflake: the history of every node-ID block is marked unknown: no block is claimed before the longest promise has passed",
+			"store", s.info.Name, "reason", why, "until", formatSecond(unknown))
+	}
 	return err
 }
 
