@@ -142,10 +142,14 @@ func (cs *conformanceStore) writeRecord(t *testing.T, first int64, raw []byte) {
 
 // rollback freezes a copy of the server (a replica, stopped once it has
 // replayed everything written so far) and returns what puts it back: the
-// copy promoted, on a new timeline, and the handles' connections moved to
-// it (those on the server are ended, new ones go to the copy), as after a
-// failover to a replica that had not received the last commits. The
-// server itself stays, for the other subtests.
+// copy, made to forget its primary so that it replays nothing written
+// since, promoted on a new timeline, and the handles' connections moved
+// to it (those on the server are ended, new ones go to the copy), as
+// after a failover to a replica that had not received the last commits.
+// The server itself stays, for the other subtests, which run one after
+// the other (the machine's two cores and the shared server make parallel
+// subtests under load, and a base backup among them, slow enough to miss
+// their budgets).
 func (cs *conformanceStore) rollback(t *testing.T) func(t *testing.T) {
 	cs.mu.Lock()
 	srv := cs.server
@@ -176,6 +180,9 @@ func (cs *conformanceStore) rollback(t *testing.T) func(t *testing.T) {
 		t.Fatal(err)
 	}
 	return func(t *testing.T) {
+		if err := r.Unfollow(); err != nil {
+			t.Fatal(err)
+		}
 		if err := r.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -268,8 +268,8 @@ func hostPort(t *testing.T, s *pgtest.Server) (host, port string) {
 // Two holders run on the primary: A, whose connection string names the
 // primary only, and C, whose connection string names both servers (the
 // first that accepts writes is used). The replica stops receiving (it is
-// stopped) while both keep recording promises on the primary; the primary
-// fails; the replica is started and promoted,
+// stopped, and made to forget its primary) while both keep recording
+// promises on the primary; the primary fails; the replica is started and promoted,
 // on a new timeline, holding older records. A, cut off, issues until its
 // lease ends. C reaches the promoted replica at its next renewal, finds
 // the identity changed, stops at once and claims again. A newcomer B is
@@ -312,6 +312,9 @@ func TestTimelineChange(t *testing.T) {
 	}
 	rpool.Close()
 	if err := replica.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Unfollow(); err != nil {
 		t.Fatal(err)
 	}
 	// What the replica has at most; then the holders record promises it

@@ -241,6 +241,34 @@ func (s *Server) Replica() (*Server, error) {
 	return r, nil
 }
 
+// Unfollow makes a stopped replica forget its primary: the connection
+// settings pg_basebackup wrote for it are removed, so that, started again,
+// it replays only the WAL it already has, as a replica cut off from its
+// primary would, and [Server.Promote] then starts a new timeline from
+// that older point. It is an error on a running server.
+func (s *Server) Unfollow() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("pgtest: Unfollow of a running server")
+	}
+	conf := filepath.Join(s.dir, "data", "postgresql.auto.conf")
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		return fmt.Errorf("pgtest: unfollow: %w", err)
+	}
+	var kept []string
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "primary_conninfo") {
+			kept = append(kept, line)
+		}
+	}
+	if err := os.WriteFile(conf, []byte(strings.Join(kept, "")), 0o600); err != nil {
+		return fmt.Errorf("pgtest: unfollow: %w", err)
+	}
+	return nil
+}
+
 // tool returns the path of another of the server's programs: the one
 // beside postgres, or beside the file postgres links to (a directory of
 // links such as /usr/local/bin), else the one on PATH.

@@ -179,6 +179,52 @@ func TestReplicaPromote(t *testing.T) {
 	}
 }
 
+// A replica stopped and made to forget its primary replays nothing more
+// when started again, though its primary runs and writes: promoted, it
+// holds the data it had when it stopped.
+func TestUnfollow(t *testing.T) {
+	t.Parallel()
+	p := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pc, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	if _, err := pc.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	r := pgtest.NewReplica(t, p)
+	if err := r.Unfollow(); err == nil {
+		t.Fatal("Unfollow of a running replica succeeded")
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unfollow(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Exec(ctx, "INSERT INTO kept VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := pgx.Connect(ctx, r.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close(context.Background())
+	var n int
+	if err := rc.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the promoted copy has %d rows (%v), want the 1 it had when it stopped", n, err)
+	}
+}
+
 // Shared returns the one server Main started, to every test.
 func TestShared(t *testing.T) {
 	t.Parallel()
