@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -86,6 +87,36 @@ func kind(m os.FileMode) string {
 		return "a regular file"
 	}
 	return "a special file"
+}
+
+// readStateFile reads a small private file of the state directory: as
+// ReadPrivateFile, but refusing a symbolic link outright and any access
+// by group or others (mode bits 0077).
+func readStateFile(path string, limit int64) ([]byte, error) {
+	f, err := openNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("statedir: %w", explainOpen(err))
+	}
+	defer f.Close()
+	if err := checkOwned(f, 0o077); err != nil {
+		return nil, err
+	}
+	return readLimited(f, path, limit)
+}
+
+// readLimited reads f, the file at path, to its end: at most limit bytes,
+// refusing a larger file rather than truncating it.
+func readLimited(f *os.File, path string, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		clear(data)
+		return nil, fmt.Errorf("statedir: reading %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		clear(data)
+		return nil, fmt.Errorf("statedir: %s is larger than %d bytes: it is not the file meant", path, limit)
+	}
+	return data, nil
 }
 
 // openOwned opens (creating if asked) a file of the state directory that

@@ -31,7 +31,8 @@ func expectRefusal(t *testing.T, what, path, want string, fn func() error) {
 }
 
 // Secrets and tokens are read only from regular files of ours that others
-// cannot access: links, FIFOs and devices are refused at once.
+// cannot access: links out of the file's directory, FIFOs and devices are
+// refused at once (links inside it are followed: secretvolume_test.go).
 func TestReadPrivateFileRefusesSpecialFiles(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
@@ -41,7 +42,12 @@ func TestReadPrivateFileRefusesSpecialFiles(t *testing.T) {
 	}
 	link := filepath.Join(dir, "link")
 	os.Symlink(good, link)
-	expectRefusal(t, "symbolic link", link, "symbolic link", func() error { _, err := ReadPrivateFile(link, 100); return err })
+	if b, err := ReadPrivateFile(link, 100); err != nil || len(b) != 33 {
+		t.Errorf("a link to a file beside it: %q, %v", b, err)
+	}
+	out := filepath.Join(t.TempDir(), "link")
+	os.Symlink(good, out)
+	expectRefusal(t, "a link to another directory", out, "symbolic link", func() error { _, err := ReadPrivateFile(out, 100); return err })
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -55,6 +61,10 @@ func TestReadPrivateFileRefusesSpecialFiles(t *testing.T) {
 	open := filepath.Join(dir, "open")
 	os.WriteFile(open, []byte("x"), 0o600)
 	os.Chmod(open, 0o640)
+	if os.Geteuid() == 0 {
+		// Root's file in a group of ours would be accepted (fsGroup).
+		os.Chown(open, 0, foreignGroup(t))
+	}
 	expectRefusal(t, "group-readable", open, "chmod 600", func() error { _, err := ReadPrivateFile(open, 100); return err })
 	zero := filepath.Join(dir, "zero")
 	os.WriteFile(zero, []byte("00000000000000000000000000000000\n"), 0o600)

@@ -228,13 +228,13 @@ func Open(path string) (*Dir, error) {
 	d := &Dir{path: path}
 	secretPath := filepath.Join(path, "secret")
 	var err error
-	d.secret, err = LoadSecret(secretPath)
+	d.secret, err = loadStateSecret(secretPath)
 	if errors.Is(err, os.ErrNotExist) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		err = d.locked(ctx, func(lock *os.File) error {
 			var err error
-			d.secret, err = LoadSecret(secretPath)
+			d.secret, err = loadStateSecret(secretPath)
 			if !errors.Is(err, os.ErrNotExist) {
 				return err // another process created it
 			}
