@@ -30,7 +30,7 @@ func (s *secretFlags) explicit(e *env) (secret []byte, source string, err error)
 		return b, "$RANDFLAKE_SECRET_FILE " + f, err
 	}
 	if h := e.getenv("RANDFLAKE_SECRET"); h != "" {
-		b, err := statedir.ParseSecret([]byte(h))
+		b, err := statedir.ParseSecretHex(h)
 		if err != nil {
 			return nil, "", fmt.Errorf("$RANDFLAKE_SECRET: %w", err)
 		}
