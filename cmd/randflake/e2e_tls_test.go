@@ -554,6 +554,11 @@ func TestServeTLSRefused(t *testing.T) {
 	os.WriteFile(open, other.KeyPEM, 0o644)
 	garbage := filepath.Join(s.dir, "garbage.pem")
 	os.WriteFile(garbage, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), 0o644)
+	// A FIFO is refused at once, never waited on.
+	fifo := filepath.Join(s.dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
@@ -570,8 +575,16 @@ func TestServeTLSRefused(t *testing.T) {
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", open}, 1, "chmod 600"},
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", s.keyFile, "--tls-client-ca-file", garbage}, 1, `a PEM block of type \"PRIVATE KEY\": only CERTIFICATE blocks go here`},
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", s.keyFile, "--tls-client-ca-file", s.keyFile}, 1, "only CERTIFICATE blocks"},
+		{[]string{"--tls-cert-file", fifo, "--tls-key-file", s.keyFile}, 1, fifo + " is not a regular file"},
+		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", fifo}, 1, fifo + " is not a regular file"},
+		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", s.keyFile, "--tls-client-ca-file", fifo}, 1, fifo + " is not a regular file"},
+		{[]string{"--issue-tokens-file", fifo}, 1, fifo + " is not a regular file"},
 	} {
+		start := time.Now()
 		r := runBinaryTimeout(t, 30*time.Second, secretEnv, append([]string{"serve", "--nodes", "0-9"}, c.args...)...)
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("serve %q took %v", c.args, took)
+		}
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("serve %q: exit %d, %q; want exit %d and %q", c.args, r.code, r.stderr, c.code, c.want)
 		}

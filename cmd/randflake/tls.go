@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/randflake/randflake/statedir"
@@ -173,13 +174,19 @@ func (f *tlsFiles) read() (*tls.Config, [sha256.Size]byte, error) {
 }
 
 // readPublicFile reads a certificate file, following links, up to
-// maxPEMFile bytes.
+// maxPEMFile bytes. It must be a regular file: a FIFO or a device would
+// block or never end.
 func readPublicFile(path string) ([]byte, error) {
-	file, err := os.Open(path)
+	file, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
+	if fi, err := file.Stat(); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%v): give the path of a PEM file", path, fi.Mode().Type())
+	}
 	b, err := io.ReadAll(io.LimitReader(file, maxPEMFile+1))
 	if err != nil {
 		return nil, err
