@@ -38,7 +38,10 @@
 // service whose certificate is not signed by a CA the system trusts, and
 // Certificates for a service that requires client certificates
 // (--tls-client-ca-file); set ForceAttemptHTTP2 on an http.Transport with
-// a TLSClientConfig to use HTTP/2. A service started with
+// a TLSClientConfig to use HTTP/2 (a nil HTTPClient uses HTTP/2 over TLS).
+// For binary batches of hundreds of thousands of IDs, HTTP/1.1 over TLS
+// carries about twice as many IDs a second as net/http's HTTP/2 does;
+// for small batches the two are alike. A service started with
 // --issue-tokens-file needs Config.Token or Config.TokenFile, unless the
 // client certificate is enough for it. A token is sent only over https,
 // or to a loopback address, never in clear text across a network; a token
