@@ -64,6 +64,24 @@ type heldClaim struct {
 	lease    Lease
 	promised int64            // the second recorded in the claim's records
 	written  map[int64][]byte // the records as this source last wrote them
+	// uncertain holds the records of the last step whose outcome is
+	// unknown (the store failed after the changes were sent: a lost
+	// answer, a timeout), and uncertainPromise their promise: the store
+	// may hold them or the written ones, and either is this source's.
+	uncertain        map[int64][]byte
+	uncertainPromise int64
+}
+
+// applied records that a step writing recs (promising p, if not 0) was
+// applied.
+func (c *heldClaim) applied(recs map[int64][]byte, p int64) {
+	for f, raw := range recs {
+		if f >= c.lease.FirstNode && f <= c.lease.LastNode {
+			c.written[f] = raw
+		}
+	}
+	c.promised = max(c.promised, p)
+	c.uncertain, c.uncertainPromise = nil, 0
 }
 
 // NewBlockSource returns the lease engine on store.
@@ -342,9 +360,10 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 	var c *heldClaim
 	var refused int
 	var reason string
-	var unknown int64
+	var unknown, promised int64
+	var records map[int64][]byte
 	handle, err := s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
-		c, refused, reason = nil, 0, ""
+		c, refused, reason, promised, records = nil, 0, "", 0, nil
 		// The clock again, once the store has been read: a step that
 		// waited for the store (a lock, a busy server) may read a
 		// record another process wrote in a second that began after t0,
@@ -368,12 +387,13 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 				ch.Claim = append(ch.Claim, f)
 			}
 			if c.lease.Start <= now {
-				s.promiseInto(ch, a, c, now)
+				promised = s.promiseInto(ch, a, c.lease, now)
 			}
 		}
 		if a.write || len(ch.Records) > 0 {
 			ch.Marker = formatMarker(s.key, a.marker)
 		}
+		records = ch.Records
 		return ch, nil
 	})
 	if err != nil {
@@ -387,26 +407,27 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 		return nil, refused, nil
 	}
 	c.handle = handle
+	c.applied(records, promised)
 	if c.promised > 0 {
 		c.lease.End = s.endFor(t0, c.promised)
 	}
 	return c, refused, nil
 }
 
-// promiseInto adds to ch the records of c's blocks promising up to now +
-// Promise, and updates the digest in a's marker for them.
-func (s *BlockSource) promiseInto(ch *StoreChanges, a *assessment, c *heldClaim, now int64) {
+// promiseInto adds to ch the records of the blocks of l promising up to
+// now + Promise, updates the digest in a's marker for them, and returns
+// the promise. Nothing is recorded as written before the store has
+// applied the step (heldClaim.applied).
+func (s *BlockSource) promiseInto(ch *StoreChanges, a *assessment, l Lease, now int64) int64 {
 	p := s.promise(now)
-	for f := c.lease.FirstNode; f <= c.lease.LastNode; f += s.layout.Size {
+	for f := l.FirstNode; f <= l.LastNode; f += s.layout.Size {
 		rec := blockRecord{first: f, last: f + s.layout.Size - 1, until: max(p, a.until(f)), at: now}
 		if r, ok := a.records[f]; ok {
 			rec.at = max(rec.at, r.at)
 		}
-		raw := formatRecord(s.key, rec)
-		s.replaceDigest(a, ch, f, raw)
-		c.written[f] = raw
+		s.replaceDigest(a, ch, f, formatRecord(s.key, rec))
 	}
-	c.promised = p
+	return p
 }
 
 // replaceDigest puts raw as block f's record into ch and the digest.
@@ -510,8 +531,8 @@ func (a *assessment) rawRecords() map[int64][]byte {
 // writePromise records c's promise from now on in a step of its own,
 // checking that c's records are still as this source wrote them (rule 8).
 func (s *BlockSource) writePromise(ctx context.Context, c *heldClaim, now int64) error {
-	return s.updateHeld(ctx, c, func(ch *StoreChanges, a *assessment) {
-		s.promiseInto(ch, a, c, now)
+	return s.updateHeld(ctx, c, func(ch *StoreChanges, a *assessment) int64 {
+		return s.promiseInto(ch, a, c.lease, now)
 	})
 }
 
@@ -519,12 +540,16 @@ func (s *BlockSource) writePromise(ctx context.Context, c *heldClaim, now int64)
 // first checks the marker and that c's records are as c wrote them; if
 // not, the store's history went back or was edited under a running
 // holder: the marker is reset (history unknown) and the claim is lost.
-func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*StoreChanges, *assessment)) error {
+func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*StoreChanges, *assessment) int64) error {
 	var lost string
 	var err error
+	var sent *StoreChanges // the changes of the last call of the step
+	var promised int64     // and their promise
+	var adopted bool       // the store held the uncertain records
 	for attempt := 0; attempt < 8; attempt++ {
+		sent, promised, adopted = nil, 0, false
 		_, err = s.store.Update(ctx, c.handle, false, func(v *StoreView) (*StoreChanges, error) {
-			lost = ""
+			sent, promised, adopted, lost = nil, 0, false, ""
 			a := &assessment{records: map[int64]blockRecord{}, bad: map[int64]bool{}}
 			ch := &StoreChanges{Records: map[int64][]byte{}}
 			m, err := parseMarker(s.key, v.Marker)
@@ -546,7 +571,11 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 					a.rawRecords()[b.First] = b.Record
 				}
 				if w, ok := c.written[b.First]; ok && string(w) != string(b.Record) {
-					lost = fmt.Sprintf("the record of node IDs %d-%d is not the one this process wrote (deleted, edited or rolled back)", b.First, b.Last)
+					if u, ok := c.uncertain[b.First]; ok && string(u) == string(b.Record) {
+						adopted = true // the uncertain step was applied
+					} else {
+						lost = fmt.Sprintf("the record of node IDs %d-%d is not the one this process wrote (deleted, edited or rolled back)", b.First, b.Last)
+					}
 				}
 				if r, err := parseRecord(s.key, b.Record, b.First, b.Last); err == nil {
 					a.records[b.First] = r
@@ -558,16 +587,32 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 			}
 			a.marker = m
 			a.marker.id = v.NextID
-			fill(ch, a)
+			promised = fill(ch, a)
 			ch.Marker = formatMarker(s.key, a.marker)
+			sent = ch
 			return ch, nil
 		})
 		if !errors.Is(err, ErrStoreConflict) {
 			break
 		}
 	}
-	if errors.Is(err, errHistoryLost) {
+	switch {
+	case errors.Is(err, errHistoryLost):
 		return s.historyLost(ctx, c, lost)
+	case err == nil:
+		if adopted {
+			c.applied(c.uncertain, c.uncertainPromise)
+		}
+		if sent != nil {
+			c.applied(sent.Records, promised)
+		}
+	case sent != nil && !errors.Is(err, ErrLeaseLost):
+		// The store may or may not have applied the changes: the next
+		// step accepts either record, and the promise is not counted on.
+		if adopted {
+			c.applied(c.uncertain, c.uncertainPromise)
+		}
+		c.uncertain, c.uncertainPromise = sent.Records, promised
 	}
 	return err
 }
@@ -743,7 +788,7 @@ func (s *BlockSource) Release(ctx context.Context, l Lease, lastUsed int64) erro
 	}
 	until := max(min(lastUsed, c.promised), c.lease.Start-1, Epoch)
 	now := s.now().Unix()
-	err = s.updateHeld(ctx, c, func(ch *StoreChanges, a *assessment) {
+	err = s.updateHeld(ctx, c, func(ch *StoreChanges, a *assessment) int64 {
 		for f := c.lease.FirstNode; f <= c.lease.LastNode; f += s.layout.Size {
 			rec := blockRecord{first: f, last: f + s.layout.Size - 1, until: until, at: now}
 			if r, ok := a.records[f]; ok {
@@ -752,6 +797,7 @@ func (s *BlockSource) Release(ctx context.Context, l Lease, lastUsed int64) erro
 			s.replaceDigest(a, ch, f, formatRecord(s.key, rec))
 		}
 		ch.Release = true
+		return 0
 	})
 	if err != nil {
 		s.abandon(c)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -474,5 +476,83 @@ func TestBlockSourceReleaseUnreachable(t *testing.T) {
 	}
 	if ln.Start <= l.End {
 		t.Errorf("after a release that failed, the next lease %v starts within the promise of %v", ln, l)
+	}
+}
+
+// answerLost is a store whose steps can fail after they were applied (the
+// answer lost on the way back) or before (the request lost on the way).
+type answerLost struct {
+	randflake.BlockStore
+	after, before, unsent atomic.Bool // unsent: the changes made, never applied
+}
+
+var errAnswerLost = errors.New("the store's answer was lost")
+
+func (s *answerLost) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+	if s.before.Load() {
+		return nil, errAnswerLost
+	}
+	c, err := s.BlockStore.Update(ctx, held, all, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+		ch, err := fn(v)
+		if err == nil && s.unsent.Load() {
+			return nil, errAnswerLost
+		}
+		return ch, err
+	})
+	if err == nil && s.after.Load() {
+		return nil, errAnswerLost
+	}
+	return c, err
+}
+
+// A step whose outcome is unknown (applied, or not, with the answer lost;
+// or made and never sent)
+// is a transient failure: the next renewal accepts whichever record the
+// store holds, instead of taking an applied step for a rollback (rule 8),
+// and the lease end never passes a promise not known to be recorded.
+func TestBlockSourceUncertainStep(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"applied", "not applied", "not sent"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, unitLayout)
+			h, err := b.Open(locks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := &answerLost{BlockStore: h}
+			src, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: b.Layout()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxFor(t, 20*time.Second)
+			l, err := src.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for round := 0; round < 3; round++ {
+				time.Sleep(1100 * time.Millisecond)
+				flag := map[string]*atomic.Bool{"applied": &st.after, "not applied": &st.before, "not sent": &st.unsent}[mode]
+				flag.Store(true)
+				if _, err := src.Renew(ctx, l); !errors.Is(err, errAnswerLost) {
+					t.Fatalf("round %d: Renew with the answer lost: %v, want the store's error", round, err)
+				}
+				flag.Store(false)
+				time.Sleep(1100 * time.Millisecond)
+				next, err := src.Renew(ctx, l)
+				if err != nil {
+					t.Fatalf("round %d: Renew after a step %s with its answer lost: %v", round, mode, err)
+				}
+				rec := string(b.Record(next.FirstNode))
+				want := fmt.Sprintf(" %d ", next.End)
+				if !strings.Contains(rec, want) {
+					t.Errorf("round %d: lease end %d, record %q: the end is not the recorded promise", round, next.End, rec)
+				}
+				l = next
+			}
+			if err := src.Release(ctx, l, l.Start); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
