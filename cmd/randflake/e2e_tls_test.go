@@ -489,9 +489,10 @@ func TestServeCertificateRotation(t *testing.T) {
 
 // The kubelet's layout of a Secret volume, updated as the kubelet does: a
 // new ..TIMESTAMP directory, a ..data link swapped to it by a rename,
-// the old directory removed. The certificate is read through tls.crt ->
-// ..data/tls.crt; the key through ..data/tls.key (the secret-file rules
-// do not follow a link as the last element of a path).
+// the old directory removed. Both files are read through their links,
+// tls.crt -> ..data/tls.crt and tls.key -> ..data/tls.key; the key is
+// 0440, as with the pod's fsGroup (the test runs as root, whose group it
+// is in), the certificate 0444.
 func TestServeCertificateKubeletSwap(t *testing.T) {
 	s := newTLSSetup(t)
 	vol := filepath.Join(s.dir, "volume")
@@ -506,7 +507,9 @@ func TestServeCertificateKubeletSwap(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(vol, ts), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		pair.WriteFiles(t, filepath.Join(vol, ts), "tls.crt", "tls.key")
+		crt, key := pair.WriteFiles(t, filepath.Join(vol, ts), "tls.crt", "tls.key")
+		os.Chmod(crt, 0o444)
+		os.Chmod(key, 0o440)
 		old, _ := os.Readlink(filepath.Join(vol, "..data"))
 		if err := os.Symlink(ts, filepath.Join(vol, "..data_tmp")); err != nil {
 			t.Fatal(err)
@@ -525,7 +528,7 @@ func TestServeCertificateKubeletSwap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, _ := startServeTLS(t, nil, "--nodes", "0-63", "--tls-cert-file", filepath.Join(vol, "tls.crt"), "--tls-key-file", filepath.Join(vol, "..data", "tls.key"))
+	p, _ := startServeTLS(t, nil, "--nodes", "0-63", "--tls-cert-file", filepath.Join(vol, "tls.crt"), "--tls-key-file", filepath.Join(vol, "tls.key"))
 	if got := servedSerial(t, s, p.url); got != first.Cert.SerialNumber.String() {
 		t.Fatalf("serving %s, want %s", got, first.Cert.SerialNumber)
 	}
@@ -554,6 +557,10 @@ func TestServeTLSRefused(t *testing.T) {
 	os.WriteFile(open, other.KeyPEM, 0o644)
 	garbage := filepath.Join(s.dir, "garbage.pem")
 	os.WriteFile(garbage, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), 0o644)
+	// A certificate anyone may write is not trusted.
+	writable := filepath.Join(s.dir, "writable.crt")
+	os.WriteFile(writable, other.CertPEM, 0o644)
+	os.Chmod(writable, 0o666)
 	// A FIFO is refused at once, never waited on.
 	fifo := filepath.Join(s.dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -570,11 +577,12 @@ func TestServeTLSRefused(t *testing.T) {
 		{[]string{"--client-rate", "-1"}, 2, "must not be negative"},
 		{[]string{"--client-burst", "10"}, 2, "--client-burst needs --client-rate"},
 		{[]string{"--ops-listen", "127.0.0.1:8080"}, 2, "--ops-listen must be another address than --listen"},
-		{[]string{"--tls-cert-file", filepath.Join(s.dir, "missing.crt"), "--tls-key-file", s.keyFile}, 1, "--tls-cert-file: open"},
+		{[]string{"--tls-cert-file", filepath.Join(s.dir, "missing.crt"), "--tls-key-file", s.keyFile}, 1, "--tls-cert-file: statedir: open"},
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", mismatched}, 1, "private key does not match public key"},
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", open}, 1, "chmod 600"},
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", s.keyFile, "--tls-client-ca-file", garbage}, 1, `a PEM block of type \"PRIVATE KEY\": only CERTIFICATE blocks go here`},
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", s.keyFile, "--tls-client-ca-file", s.keyFile}, 1, "only CERTIFICATE blocks"},
+		{[]string{"--tls-cert-file", writable, "--tls-key-file", mismatched}, 1, writable + " is writable by group or others"},
 		{[]string{"--tls-cert-file", fifo, "--tls-key-file", s.keyFile}, 1, fifo + " is not a regular file"},
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", fifo}, 1, fifo + " is not a regular file"},
 		{[]string{"--tls-cert-file", s.certFile, "--tls-key-file", s.keyFile, "--tls-client-ca-file", fifo}, 1, fifo + " is not a regular file"},

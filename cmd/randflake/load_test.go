@@ -269,7 +269,7 @@ func TestLoadTLSFlags(t *testing.T) {
 		{[]string{"--url", "ftp://127.0.0.1:1"}, 2, "--url must be an http or https URL"},
 		{[]string{"--url", "https://example.com"}, 2, "--url must point at this machine"},
 		{[]string{"--url", "https://127.0.0.1:1", "--cacert", notPEM}, 1, "--cacert " + notPEM + ": no PEM certificate in it"},
-		{[]string{"--url", "https://127.0.0.1:1", "--cacert", filepath.Join(dir, "missing.pem")}, 1, "--cacert: open"},
+		{[]string{"--url", "https://127.0.0.1:1", "--cacert", filepath.Join(dir, "missing.pem")}, 1, "--cacert: statedir: open"},
 		{[]string{"--token-file", open}, 1, "chmod 600"},
 		{[]string{"--token-file", spaced}, 1, "want one token, without white space inside"},
 	} {

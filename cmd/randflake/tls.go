@@ -7,13 +7,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/randflake/randflake/statedir"
@@ -28,9 +25,11 @@ import (
 // unreadable, a key that does not match, a CA file without certificates)
 // keeps the current configuration and logs why.
 //
-// The certificate and CA files are public and read as they are, through
-// any links; the key is a private file, read with the checks of the
-// secret file (statedir.ReadPrivateFile).
+// The certificate and CA files need not be secret, but must be trusted:
+// they are read with statedir.ReadPublicFile; the key is a private file,
+// read with the checks of the secret file (statedir.ReadPrivateFile).
+// Both follow the links of a Kubernetes Secret volume within its
+// directory.
 
 // maxPEMFile bounds each of the certificate, key and CA files.
 const maxPEMFile = 1 << 20
@@ -173,28 +172,12 @@ func (f *tlsFiles) read() (*tls.Config, [sha256.Size]byte, error) {
 	return cfg, digest, nil
 }
 
-// readPublicFile reads a certificate file, following links, up to
-// maxPEMFile bytes. It must be a regular file: a FIFO or a device would
-// block or never end.
+// readPublicFile reads a certificate or CA file, up to maxPEMFile bytes,
+// with the rules of statedir.ReadPublicFile: a regular file of this user
+// or root that no one else can write, reached through links (a Kubernetes
+// Secret volume's) that stay inside its directory. Anyone may read it.
 func readPublicFile(path string) ([]byte, error) {
-	file, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	if fi, err := file.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%v): give the path of a PEM file", path, fi.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(file, maxPEMFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxPEMFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes: it is not the file meant", path, maxPEMFile)
-	}
-	return b, nil
+	return statedir.ReadPublicFile(path, maxPEMFile)
 }
 
 // parseCAs parses the CERTIFICATE blocks of a CA file into a pool; a file
