@@ -86,9 +86,21 @@ func endFor(t0 time.Time, ttl int64) int64 {
 	return t0.Add(time.Duration(ttl)*time.Second-margin(ttl)).Unix() - 1
 }
 
-// opTimeout bounds each request to etcd: a third of the TTL, so that a
-// renewal that cannot reach etcd returns while the lease still runs.
+// opTimeout bounds each request to etcd made for a held claim (a
+// renewal, a promise, a release): a third of the TTL, so that one that
+// cannot reach etcd returns while the lease still runs, in time to try
+// again.
 func (s *Store) opTimeout() time.Duration { return time.Duration(s.ttl) * time.Second / 3 }
+
+// stepTimeout bounds each request of a step: for a held claim,
+// opTimeout; for a claim (or a step on no claim), a whole TTL, since no
+// lease runs yet and a busy etcd should not make it fail.
+func (s *Store) stepTimeout(c *storeClaim) time.Duration {
+	if c != nil {
+		return s.opTimeout()
+	}
+	return time.Duration(s.ttl) * time.Second
+}
 
 // Info describes the store: claims end with their etcd lease, a TTL after
 // the last grant or keep-alive, less a margin.
@@ -165,7 +177,7 @@ func (s *Store) read(ctx context.Context, c *storeClaim, all bool) (*readState, 
 	if c != nil {
 		ops = append(ops, clientv3.OpGet(s.claimKey(c.first), clientv3.WithRange(s.claimKey(c.last+1))))
 	}
-	octx, cancel := context.WithTimeout(ctx, s.opTimeout())
+	octx, cancel := context.WithTimeout(ctx, s.stepTimeout(c))
 	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
 	cancel()
 	if err != nil {
@@ -328,7 +340,7 @@ func (s *Store) checkChanges(rs *readState, c *storeClaim, ch *randflake.StoreCh
 
 // grant grants the etcd lease of a new claim.
 func (s *Store) grant(ctx context.Context) (*storeClaim, error) {
-	octx, cancel := context.WithTimeout(ctx, s.opTimeout())
+	octx, cancel := context.WithTimeout(ctx, s.stepTimeout(nil))
 	defer cancel()
 	g, err := s.cli.Grant(octx, s.ttl)
 	if err != nil {
@@ -375,7 +387,7 @@ func (s *Store) apply(ctx context.Context, rs *readState, c, fresh *storeClaim, 
 	if len(ops) == 0 {
 		return true, nil
 	}
-	octx, cancel := context.WithTimeout(ctx, s.opTimeout())
+	octx, cancel := context.WithTimeout(ctx, s.stepTimeout(c))
 	resp, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Else(orElse...).Commit()
 	cancel()
 	if err != nil {
