@@ -279,7 +279,9 @@ func TestServeClientRate(t *testing.T) {
 	flood, steady := fairnessLoad(t, p.url, 2, d)
 	t.Logf("with --client-rate %d: steady: %d requests, %.2f%% served, p99 %v, %d IDs; flood: %d requests, %d served, %d refused (429), %d IDs",
 		rate, steady.requests, 100*steady.successRate(), steady.p99(), steady.ids, flood.requests, flood.ok, flood.quota, flood.ids)
-	if steady.requests < int(d/(20*time.Millisecond))/2 || steady.ok != steady.requests {
+	// At 50 a second, fewer when the machine is slow (-race): enough
+	// requests to see a failure, and every one served.
+	if steady.requests < 20 || steady.ok != steady.requests {
 		t.Errorf("steady: %d of %d requests served (first error: %s); want every one", steady.ok, steady.requests, steady.firstErr)
 	}
 	if flood.quota == 0 || flood.other != 0 {
