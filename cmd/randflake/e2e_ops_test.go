@@ -119,7 +119,7 @@ func TestServeLostLeaseIsLogged(t *testing.T) {
 		t.Fatalf("503 body %q; want exactly a JSON error of kind lease", body)
 	}
 	requireNoLeak(t, "lost lease", body, dir)
-	waitLog(t, p, regexp.MustCompile(`level=ERROR msg="randflake: lease lost.*lock file of block`), 10*time.Second)
+	waitLog(t, p, regexp.MustCompile(`level=ERROR msg="randflake: lease lost.*lock file of node IDs`), 10*time.Second)
 	waitLog(t, p, regexp.MustCompile(`level=ERROR msg="issuing IDs failed" kind=lease count=10 err=`), 10*time.Second)
 	if failed, _ := metricValue(scrape(t, p.url), "randflake_lease_renewal_failures_total"); failed < 1 {
 		t.Errorf("the lost lease is not counted as a failed renewal: %v", failed)

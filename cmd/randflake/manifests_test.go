@@ -913,7 +913,14 @@ func TestManifestServeAnswersProbes(t *testing.T) {
 				env = append(env, e.Name+"="+v)
 			}
 			p := spawn(t, env, args...)
-			m := waitLog(t, p, addrRE, 30*time.Second)
+			// The pod must be serving within what its startupProbe allows
+			// (an etcd fleet's first claim waits out unknown history
+			// once: about 31 s with the defaults).
+			startup := 30 * time.Second
+			if sp := c.StartupProbe; sp != nil {
+				startup = time.Duration(sp.InitialDelaySeconds+sp.PeriodSeconds*sp.FailureThreshold) * time.Second
+			}
+			m := waitLog(t, p, addrRE, startup)
 			p.url = "http://" + m[1] + m[2]
 
 			ready := c.ReadinessProbe.HTTPGet.Path
