@@ -331,6 +331,12 @@ func (s *BlockSource) Acquire(ctx context.Context) (Lease, error) {
 			break
 		}
 	}
+	if errors.Is(err, ErrBlockHeld) || errors.Is(err, ErrStoreConflict) {
+		// Every try lost its block to another claimant: as busy as a
+		// store with no free block, for the caller.
+		return Lease{}, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s: other processes took every block this one tried): %w",
+			ErrNoFreeNodes, s.blocks*s.layout.Size, s.layout.FirstNode, s.layout.LastNode, s.info.Name, err)
+	}
 	if err != nil {
 		return Lease{}, err
 	}
