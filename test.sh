@@ -14,14 +14,14 @@ if [ -z "${RANDFLAKE_VECTORS:-}" ]; then
 	echo "      compatibility is checked against the project's own known answers in testdata/golden_vectors.json only"
 fi
 
-echo "== library: vet and tests under -race"
+echo "== library: vet and tests under -race (the lease engine and its conformance suite, leasetest, on the reference store)"
 go vet ./...
 go test -race -count=1 ./...
 
-echo "== etcd lease module: vet and tests against an in-process etcd"
-(cd etcdlease && go vet ./... && go test -count=1 ./...)
+echo "== etcd lease module: vet and tests under -race against etcd servers the tests start (etcd, etcdctl), the lease conformance suite included"
+(cd etcdlease && go vet ./... && go test -race -count=1 ./...)
 
-echo "== PostgreSQL lease module: vet and tests under -race against a PostgreSQL server the tests start (initdb, postgres)"
+echo "== PostgreSQL lease module: vet and tests under -race against PostgreSQL servers the tests start (initdb, postgres), the lease conformance suite included"
 (cd pglease && go vet ./... && go test -race -count=1 ./...)
 
 echo "== command module (randflake gen/inspect/serve/...): vet and tests under -race"
