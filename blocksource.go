@@ -689,6 +689,9 @@ func (s *BlockSource) checkPosition(ctx context.Context, id StoreIdentity) error
 func (s *BlockSource) ResetHistory(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.info.Durable {
+		return fmt.Errorf("randflake: %s records nothing: there is no history to reset", s.info.Name)
+	}
 	return s.resetHistory(ctx, "reset by the operator")
 }
 
@@ -837,10 +840,8 @@ func (s *BlockSource) acquireVolatile(ctx context.Context) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	now := s.now().Unix()
-	l := Lease{FirstNode: first, LastNode: first + s.blocks*s.layout.Size - 1,
-		Start: now + 1 + ceilSeconds(s.info.MaxClockSkew), End: MaxTimestamp}
-	if err := l.Validate(); err != nil {
+	l, err := volatileLease(first, first+s.blocks*s.layout.Size-1, s.now().Unix(), s.info.MaxClockSkew)
+	if err != nil {
 		return Lease{}, err
 	}
 	s.held = &heldClaim{handle: handle, lease: l}
