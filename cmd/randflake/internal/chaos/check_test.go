@@ -15,13 +15,20 @@ import (
 )
 
 // bound says that the responses of server s (nil: of every server)
-// received in [from, until) carry no second after max: what a lease source
-// promises about a process cut off from it.
+// received in [from, until) carry no second after max (if max > 0): what a
+// lease source promises about a process cut off from it; and no second
+// before min (if min > 0): what unknown history costs a claim made after
+// a wipe or a rollback.
 type bound struct {
 	s           *server
 	from, until time.Time
-	max         int64
+	min, max    int64
 	what        string
+}
+
+// violates reports whether an ID of second sec violates the bound.
+func (bd bound) violates(sec int64) bool {
+	return (bd.max > 0 && sec > bd.max) || (bd.min > 0 && sec < bd.min)
 }
 
 type checkConfig struct {
@@ -35,10 +42,29 @@ type checkConfig struct {
 	start     time.Time // seconds are shown relative to it
 }
 
-// tenure is the use of one node range by one process.
+// tenure is the use of one node range by one process: the runs of
+// seconds in which it issued IDs on it, a new run after a second or more
+// without any (the process lost the range and claimed it again later).
 type tenure struct {
-	first, last int64 // seconds
-	n           int
+	runs []secondRun
+	n    int
+}
+
+type secondRun struct{ first, last int64 }
+
+// add counts an ID of second sec. IDs arrive about in the order of their
+// seconds (batches of several clients interleave): a second within the
+// last run, or just after it, extends it.
+func (tn *tenure) add(sec int64) {
+	tn.n++
+	for i := len(tn.runs) - 1; i >= 0; i-- {
+		r := &tn.runs[i]
+		if sec >= r.first-1 && sec <= r.last+1 {
+			r.first, r.last = min(r.first, sec), max(r.last, sec)
+			return
+		}
+	}
+	tn.runs = append(tn.runs, secondRun{sec, sec})
 }
 
 type procStats struct {
@@ -141,7 +167,7 @@ func analyze(servers []*server, cfg checkConfig) *report {
 					}
 				}
 				for j, bd := range cfg.bounds {
-					if (bd.s == nil || bd.s == s) && b.recv >= bd.from.UnixNano() && b.recv < bd.until.UnixNano() && sec > bd.max {
+					if (bd.s == nil || bd.s == s) && b.recv >= bd.from.UnixNano() && b.recv < bd.until.UnixNano() && bd.violates(sec) {
 						boundHits[j]++
 						if boundExamples[j] == "" {
 							boundExamples[j] = fmt.Sprintf("%s from %s, received at %.1fs",
@@ -152,10 +178,10 @@ func analyze(servers []*server, cfg checkConfig) *report {
 				rs := node / cfg.rangeSize * cfg.rangeSize
 				tn := ps.ranges[rs]
 				if tn == nil {
-					tn = &tenure{first: sec, last: sec}
+					tn = &tenure{}
 					ps.ranges[rs] = tn
 				}
-				tn.first, tn.last, tn.n = min(tn.first, sec), max(tn.last, sec), tn.n+1
+				tn.add(sec)
 				if cfg.poolNodes > 0 && node >= cfg.poolNodes {
 					r.outsidePool++
 					if len(r.poolExamples) < 3 {
@@ -245,9 +271,17 @@ func analyze(servers []*server, cfg checkConfig) *report {
 	}
 
 	for j, bd := range cfg.bounds {
-		if boundHits[j] > 0 {
-			r.bounds = append(r.bounds, fmt.Sprintf("%s: %d IDs after second %s, e.g. %s", bd.what, boundHits[j], rel(bd.max), boundExamples[j]))
+		if boundHits[j] == 0 {
+			continue
 		}
+		var want []string
+		if bd.min > 0 {
+			want = append(want, "none before second "+rel(bd.min))
+		}
+		if bd.max > 0 {
+			want = append(want, "none after second "+rel(bd.max))
+		}
+		r.bounds = append(r.bounds, fmt.Sprintf("%s: %d IDs outside the bound (%s), e.g. %s", bd.what, boundHits[j], strings.Join(want, ", "), boundExamples[j]))
 	}
 	if r.dups > 0 {
 		r.errors = append(r.errors, fmt.Sprintf("%d duplicate IDs, e.g.\n  %s", r.dups, strings.Join(r.dupExamples, "\n  ")))
@@ -286,17 +320,20 @@ func rangesString(rs [][2]int64) string {
 
 // handovers describes, per node range, its holders in the order they
 // used it, with the seconds between one holder's last ID and the next's
-// first: "0-15: s1 0s-19s, r1 27s-60s (7s later)". It also returns how
-// many ranges changed hands and the shortest gap.
+// first: "0-15: s1 0s-19s, r1 27s-60s (7s later)" (a holder that used the
+// range again after a break appears again). It also returns how many
+// ranges changed hands and the shortest gap between two holders.
 func (r *report) handovers(rangeSize int64, start time.Time) (lines []string, handed int, minGap int64) {
 	type use struct {
 		name string
-		t    *tenure
+		run  secondRun
 	}
 	byRange := map[int64][]use{}
 	for _, ps := range r.procs {
 		for rs, t := range ps.ranges {
-			byRange[rs] = append(byRange[rs], use{ps.s.name, t})
+			for _, run := range t.runs {
+				byRange[rs] = append(byRange[rs], use{ps.s.name, run})
+			}
 		}
 	}
 	starts := make([]int64, 0, len(byRange))
@@ -307,24 +344,29 @@ func (r *report) handovers(rangeSize int64, start time.Time) (lines []string, ha
 	minGap = -1
 	for _, rs := range starts {
 		us := byRange[rs]
-		sort.Slice(us, func(i, j int) bool { return us[i].t.first < us[j].t.first })
+		sort.Slice(us, func(i, j int) bool { return us[i].run.first < us[j].run.first })
 		var parts []string
+		holders := map[string]bool{}
 		for i, u := range us {
-			p := fmt.Sprintf("%s %ds-%ds", u.name, u.t.first-start.Unix(), u.t.last-start.Unix())
+			holders[u.name] = true
+			p := fmt.Sprintf("%s %ds-%ds", u.name, u.run.first-start.Unix(), u.run.last-start.Unix())
 			if i > 0 {
-				gap := u.t.first - us[i-1].t.last - 1
-				if gap >= 0 {
+				gap := u.run.first - us[i-1].run.last - 1
+				switch {
+				case gap < 0:
+					p += fmt.Sprintf(" (seconds overlapping %s's by %ds)", us[i-1].name, -gap)
+				case u.name == us[i-1].name:
+					p += fmt.Sprintf(" (again, %ds later)", gap)
+				default:
 					p += fmt.Sprintf(" (%ds later)", gap)
-				} else {
-					p += fmt.Sprintf(" (seconds overlapping the previous holder's by %ds)", -gap)
 				}
-				if minGap < 0 || gap < minGap {
+				if u.name != us[i-1].name && (minGap < 0 || gap < minGap) {
 					minGap = gap
 				}
 			}
 			parts = append(parts, p)
 		}
-		if len(us) > 1 {
+		if len(holders) > 1 {
 			handed++
 		}
 		lines = append(lines, fmt.Sprintf("%d-%d: %s", rs, rs+rangeSize-1, strings.Join(parts, ", ")))

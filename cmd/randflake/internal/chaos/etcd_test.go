@@ -3,8 +3,10 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/randflake/randflake/etcdlease/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -26,14 +29,18 @@ const (
 	electionTimeout = time.Second
 )
 
-// cluster is a real etcd cluster: one etcd process per member, each on its
-// own loopback ports and data directory.
+// cluster is a real etcd cluster of several members: one etcd process per
+// member, each on its own loopback ports and data directory. (Package
+// etcdtest starts single-member servers; a quorum to lose takes three.)
+// The binaries are etcdtest's: etcd and etcdctl from $RANDFLAKE_ETCD_BIN
+// or PATH.
 type cluster struct {
-	bin     string
-	dir     string
-	token   string
-	members []*member
-	env     []string
+	bin, ctlBin string
+	dir         string
+	token       string
+	members     []*member
+	env         []string
+	restores    int // data directories made by restore so far
 }
 
 type member struct {
@@ -46,9 +53,14 @@ type member struct {
 	starts               int
 }
 
-// newCluster lays out n members; start starts them.
-func newCluster(bin, dir string, n int, token string) (*cluster, error) {
-	c := &cluster{bin: bin, dir: dir, token: token, env: baseEnv()}
+// newCluster lays out n members; start starts them. Without the binaries
+// the error wraps etcdtest.ErrNotFound.
+func newCluster(dir string, n int, token string) (*cluster, error) {
+	bin, ctlBin, err := etcdtest.Find()
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{bin: bin, ctlBin: ctlBin, dir: dir, token: token, env: baseEnv()}
 	for i := range n {
 		m := &member{c: c, name: fmt.Sprintf("m%d", i+1)}
 		var err error
@@ -203,9 +215,9 @@ func (c *cluster) leader(ctx context.Context, cli *clientv3.Client) int {
 	return -1
 }
 
-// etcdVersion returns the version the etcd binary reports.
-func etcdVersion(bin string) string {
-	out, err := exec.Command(bin, "--version").Output()
+// version returns the version the etcd binary reports.
+func (c *cluster) version() string {
+	out, err := exec.Command(c.bin, "--version").Output()
 	if err != nil {
 		return "unknown version"
 	}
@@ -215,4 +227,74 @@ func etcdVersion(bin string) string {
 		}
 	}
 	return "unknown version"
+}
+
+// ctl runs etcdctl (API version 3) against every member, within ctx, and
+// returns its standard output; the error includes its standard error.
+func (c *cluster) ctl(ctx context.Context, args ...string) ([]byte, error) {
+	return c.ctlAt(ctx, strings.Join(c.endpoints(), ","), args...)
+}
+
+func (c *cluster) ctlAt(ctx context.Context, endpoints string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.ctlBin, append([]string{"--endpoints=" + endpoints, "--dial-timeout=2s", "--command-timeout=10s"}, args...)...)
+	cmd.Env = append(baseEnv(), "ETCDCTL_API=3")
+	out, err := cmd.Output() // its standard error goes into the *exec.ExitError
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
+	}
+	if err != nil {
+		return out, fmt.Errorf("etcdctl %s: %w", strings.Join(args, " "), err)
+	}
+	return out, nil
+}
+
+// snapshot saves a snapshot of the keyspace, taken from a healthy member,
+// to path (etcdctl snapshot save).
+func (c *cluster) snapshot(ctx context.Context, path string) error {
+	var errs []error
+	for _, m := range c.members {
+		if !m.healthy() {
+			continue
+		}
+		_, err := c.ctlAt(ctx, m.clientAddr(), "snapshot", "save", path)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("no member saved a snapshot: %w", errors.Join(errs...))
+}
+
+// restore brings the whole cluster back from the snapshot at path, as an
+// operator does after a disaster: every member is stopped, restored with
+// etcdctl snapshot restore into a new data directory under the cluster's
+// own token, names and peer URLs (so the member IDs and the cluster ID are
+// the same as before: only the revision, gone back to the snapshot's, tells
+// the copy from the cluster the clients knew), and started again on the
+// same ports. It returns once every member is healthy, with the time when
+// the last member had stopped. The old data directories are left as they
+// were.
+func (c *cluster) restore(ctx context.Context, path string) (stopped time.Time, err error) {
+	for _, m := range c.members {
+		m.stop()
+	}
+	stopped = time.Now()
+	c.restores++
+	for _, m := range c.members {
+		data := filepath.Join(c.dir, fmt.Sprintf("%s.restore%d", m.name, c.restores))
+		if _, err := c.ctlAt(ctx, m.clientAddr(), "snapshot", "restore", path, "--name", m.name, "--data-dir", data,
+			"--initial-cluster", c.initialCluster(), "--initial-cluster-token", c.token,
+			"--initial-advertise-peer-urls", m.peerURL()); err != nil {
+			return stopped, fmt.Errorf("restoring etcd member %s: %w", m.name, err)
+		}
+		m.mu.Lock()
+		m.dataDir = data
+		m.mu.Unlock()
+	}
+	for _, m := range c.members {
+		if err := m.start(); err != nil {
+			return stopped, err
+		}
+	}
+	return stopped, waitHealthy(ctx, c.members...)
 }

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/leasetest"
 )
 
 // clientSpec is one client goroutine per server: it fetches count IDs per
@@ -58,16 +60,32 @@ type fleet struct {
 	lastOK                       atomic.Int64 // Unix nanoseconds of the newest successful fetch
 	mu                           sync.Mutex
 	servers                      []*server
+	windows                      []window // when client errors are expected
 	stopped                      bool
 	replacements, claimants      int
 }
 
 func newFleet(t *testing.T, cfg fleetConfig) *fleet {
-	f := &fleet{t: t, cfg: cfg, dir: t.TempDir(), start: time.Now()}
+	f := &fleet{t: t, cfg: cfg, dir: logDir(t, cfg.name), start: time.Now()}
 	f.superviseCtx, f.stopSupervising = context.WithCancel(context.Background())
 	f.clientsCtx, f.stopClients = context.WithCancel(context.Background())
 	t.Cleanup(func() { f.stop(5 * time.Second) })
 	return f
+}
+
+// logDir returns the directory of the servers' logs: a temporary one,
+// removed at the end, or, with RANDFLAKE_CHAOS_LOGS=DIR, DIR/NAME, kept.
+func logDir(t *testing.T, name string) string {
+	keep := os.Getenv("RANDFLAKE_CHAOS_LOGS")
+	if keep == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(keep, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("chaos %s: the servers' logs are kept in %s\n", name, dir)
+	return dir
 }
 
 // event prints one line of the timeline, with the time since the start.
@@ -88,7 +106,7 @@ type server struct {
 	mu         sync.Mutex
 	p          *proc
 	url        string
-	proxies    []*proxy
+	proxies    []*leasetest.Proxy
 	state      string // starting, serving, paused, cut, killed, crashed, stopped, not started
 	readyAt    time.Time
 	attempts   int
@@ -300,7 +318,7 @@ func startFailure(p *proc) string {
 		return "killed during start-up"
 	}
 	last := p.lastLine()
-	if strings.Contains(last, "every node-ID range is claimed") {
+	if strings.Contains(last, "every node-ID block is claimed") {
 		return "no free node IDs"
 	}
 	if m := errRE.FindStringSubmatch(last); m != nil {
@@ -369,6 +387,8 @@ func (s *server) stopServing() {
 // kill SIGKILLs the server's current process. It returns the state the
 // server was in, or "between attempts" if it was starting but had no
 // process running; a server still starting goes on with another attempt.
+// Requests the server's clients had in flight fail: those failures, in the
+// two seconds after the kill, are expected.
 func (s *server) kill() string {
 	s.mu.Lock()
 	st, p := s.state, s.p
@@ -380,7 +400,9 @@ func (s *server) kill() string {
 		s.state = "killed"
 	}
 	s.mu.Unlock()
+	at := time.Now()
 	p.kill()
+	s.f.expect(s, at, at.Add(2*time.Second), "SIGKILL")
 	if st != "starting" {
 		s.stopServing()
 		s.mu.Lock()
@@ -396,7 +418,7 @@ func (s *server) closeProxies() {
 	ps := s.proxies
 	s.mu.Unlock()
 	for _, p := range ps {
-		p.close()
+		p.Close()
 	}
 }
 
@@ -506,7 +528,7 @@ func (f *fleet) stop(grace time.Duration) {
 			ps := s.proxies
 			s.mu.Unlock()
 			for _, px := range ps {
-				px.restore()
+				px.Heal()
 			}
 			clean := p.term(grace)
 			s.mu.Lock()
@@ -532,14 +554,23 @@ type batch struct {
 	send, recv int64
 }
 
-// collector holds every ID a server's clients received.
+// collector holds every ID a server's clients received, and their
+// failures.
 type collector struct {
-	mu      sync.Mutex
-	ids     []uint64
-	batches []batch
-	errs    map[string]int
-	lastOK  atomic.Int64
-	lastID  atomic.Uint64
+	mu       sync.Mutex
+	ids      []uint64
+	batches  []batch
+	errs     map[string]int
+	failures []failure
+	lastOK   atomic.Int64
+	lastID   atomic.Uint64
+}
+
+// failure is one failed request: its kind, and when it failed (Unix
+// nanoseconds).
+type failure struct {
+	at   int64
+	kind string
 }
 
 func (c *collector) add(ids []uint64, send, recv time.Time) {
@@ -553,12 +584,13 @@ func (c *collector) add(ids []uint64, send, recv time.Time) {
 	}
 }
 
-func (c *collector) fail(kind string) {
+func (c *collector) fail(kind string, at time.Time) {
 	c.mu.Lock()
 	if c.errs == nil {
 		c.errs = map[string]int{}
 	}
 	c.errs[kind]++
+	c.failures = append(c.failures, failure{at.UnixNano(), kind})
 	c.mu.Unlock()
 }
 
@@ -586,7 +618,7 @@ func (s *server) client(ctx context.Context, spec clientSpec) {
 		}
 		pause := spec.pause
 		if kind != "" {
-			s.coll.fail(kind)
+			s.coll.fail(kind, recv)
 			pause = max(pause, 50*time.Millisecond)
 		}
 		d := pause/2 + rand.N(pause+1)
@@ -696,17 +728,4 @@ func countsString(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s×%d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// errorCounts adds up the clients' failures of every server.
-func (f *fleet) errorCounts() map[string]int {
-	total := map[string]int{}
-	for _, s := range f.all() {
-		s.coll.mu.Lock()
-		for k, v := range s.coll.errs {
-			total[k] += v
-		}
-		s.coll.mu.Unlock()
-	}
-	return total
 }

@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -57,28 +58,23 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needEtcd returns the path of the etcd binary. Without one the test fails
-// under CI and is skipped elsewhere.
-func needEtcd(t *testing.T) string {
+// skipWithout skips t when err says binaries the test needs are missing
+// (notFound), outside CI; under CI, or for any other error, it fails t.
+func skipWithout(t *testing.T, err, notFound error, required bool) {
 	t.Helper()
-	path, err := exec.LookPath("etcd")
-	if err == nil {
-		return path
+	if errors.Is(err, notFound) && !required {
+		t.Skip(err)
 	}
-	msg := "the etcd binary is not on PATH: install it (Debian: apt-get install etcd-server) to run the etcd chaos test"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	t.Fatal(err)
 }
 
 // baseEnv is the environment of the test without the variables that
-// would configure the processes it starts behind its back.
+// would configure the processes it starts behind its back (randflake's,
+// etcd's and etcdctl's, libpq's).
 func baseEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "RANDFLAKE_") || strings.HasPrefix(kv, "ETCD_") || strings.HasPrefix(kv, "ETCDCTL_") {
+		if strings.HasPrefix(kv, "RANDFLAKE_") || strings.HasPrefix(kv, "ETCD_") || strings.HasPrefix(kv, "ETCDCTL_") || strings.HasPrefix(kv, "PG") {
 			continue
 		}
 		env = append(env, kv)

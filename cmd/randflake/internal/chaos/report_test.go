@@ -11,10 +11,9 @@ import (
 )
 
 // idLine is the part of the summary about the IDs: "1234567 IDs, 0
-// duplicates, 0 (second,node) shared; errors: 503 lease×12, refused×40".
-func (f *fleet) idLine(r *report) string {
-	return fmt.Sprintf("%d IDs, %d duplicates, %d (second,node) shared; client errors: %s",
-		r.total, r.dups, r.shared, countsString(f.errorCounts()))
+// duplicates, 0 (second,node) shared".
+func (r *report) idLine() string {
+	return fmt.Sprintf("%d IDs, %d duplicates, %d (second,node) shared", r.total, r.dups, r.shared)
 }
 
 func (s *server) errorSummary() string {
@@ -23,14 +22,18 @@ func (s *server) errorSummary() string {
 	return countsString(s.coll.errs)
 }
 
-// waitAllIssuing waits until every server serving has issued an ID fetched
-// after since, and returns those that have not.
-func (f *fleet) waitAllIssuing(since time.Time, timeout time.Duration) []*server {
+// waitAllIssuing waits until every server in one of the states (serving,
+// if none is given) has issued an ID fetched after since, and returns
+// those that have not.
+func (f *fleet) waitAllIssuing(since time.Time, timeout time.Duration, states ...string) []*server {
+	if len(states) == 0 {
+		states = []string{"serving"}
+	}
 	deadline := time.Now().Add(timeout)
 	for {
 		var idle []*server
 		for _, s := range f.all() {
-			if st := s.getState(); st == "serving" && s.coll.lastOK.Load() <= since.UnixNano() {
+			if slices.Contains(states, s.getState()) && s.coll.lastOK.Load() <= since.UnixNano() {
 				idle = append(idle, s)
 			}
 		}
@@ -42,10 +45,12 @@ func (f *fleet) waitAllIssuing(since time.Time, timeout time.Duration) []*server
 }
 
 // summarize prints the summary: the head line, then one line each for the
-// processes, the node ranges, the checks and the start-ups, then extra.
+// clients' errors, the processes, the node ranges, the checks and the
+// start-ups, then extra.
 func (f *fleet) summarize(r *report, head string, extra []string, rangeSize int64) {
 	prefix := "chaos " + f.cfg.name + ": "
 	fmt.Println(head)
+	fmt.Println(prefix + f.errorLine())
 	var procs []string
 	ends := map[string]int{}
 	var unclean []string

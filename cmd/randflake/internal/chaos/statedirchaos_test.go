@@ -4,7 +4,6 @@ package chaos
 
 import (
 	"fmt"
-	mrand "math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,8 +21,6 @@ const (
 // directory, with no configuration but the directory, and SIGKILLs random
 // ones, some while they start, replacing each at once.
 func TestChaosStateDir(t *testing.T) {
-	began := time.Now()
-	rng := mrand.New(mrand.NewPCG(uint64(seed), 0x57a7))
 	dir := filepath.Join(t.TempDir(), "state")
 	f := newFleet(t, fleetConfig{
 		name: "statedir",
@@ -35,6 +32,8 @@ func TestChaosStateDir(t *testing.T) {
 		readyTimeout: 40 * time.Second,
 		requestLimit: 2 * time.Second,
 	})
+	r := newRun(t, f, 0x57a7)
+	rng := r.rng
 	f.event("%d servers started at once on one new state directory, %d node IDs each", stateProcs, stateClaim)
 	for i := 1; i <= stateProcs; i++ {
 		f.launch(fmt.Sprintf("p%02d", i), "initial", "")
@@ -91,31 +90,14 @@ func TestChaosStateDir(t *testing.T) {
 		}
 	}
 
-	if starting := f.waitStarted(30 * time.Second); len(starting) > 0 {
-		for _, s := range starting {
-			t.Errorf("%s (%s) never became ready: start failures %s; log: %s", s.name, s.note, s.failSummary(), s.logTail(5))
-		}
-	}
-	settle := time.Now()
-	for _, s := range f.waitAllIssuing(settle, 20*time.Second) {
-		t.Errorf("%s issued no ID in the %.0fs after the schedule ended; its clients' errors: %s; log: %s",
-			s.name, time.Since(settle).Seconds(), s.errorSummary(), s.logTail(5))
-	}
-	time.Sleep(time.Second)
-	f.event("schedule done; stopping the servers (SIGTERM)")
-	f.stop(10 * time.Second)
-
 	secret, err := statedir.LoadSecret(filepath.Join(dir, "secret"))
 	if err != nil {
 		t.Fatalf("reading the state directory's secret: %v", err)
 	}
-	r := analyze(f.all(), checkConfig{secret: secret, rangeSize: stateClaim, strict: true, start: f.start})
-	head := fmt.Sprintf("chaos statedir: seed %d, %d servers on one state directory (+%d replacements), %s, %s; %s, %.0fs",
-		seed, stateProcs, kills, plural(kills, "SIGKILL", "SIGKILLs"), plural(startKills, "SIGKILL during start-up", "SIGKILLs during start-up"),
-		f.idLine(r), time.Since(began).Seconds())
-	f.summarize(r, head, nil, stateClaim)
-	for _, e := range r.errors {
-		t.Error(e)
+	head := func(rep *report) string {
+		return fmt.Sprintf("chaos statedir: seed %d, %d servers on one state directory (+%d replacements), %s, %s; %s, %.0fs",
+			seed, stateProcs, kills, plural(kills, "SIGKILL", "SIGKILLs"), plural(startKills, "SIGKILL during start-up", "SIGKILLs during start-up"),
+			rep.idLine(), time.Since(r.began).Seconds())
 	}
-	f.requireProgress(t, r, 100_000)
+	r.finish(checkConfig{secret: secret, rangeSize: stateClaim, strict: true}, head, nil, 100_000)
 }

@@ -1,0 +1,91 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// window is a stretch of time in which an event explains some client
+// errors: a server killed (its requests in flight fail), stopped or cut
+// off, etcd without a quorum, or the fleet waiting out unknown history
+// after a wipe or a restore (503 lease until the horizon has passed).
+type window struct {
+	s           *server // nil: every server
+	from, until time.Time
+	why         string   // the event, as the summary names it
+	kinds       []string // the failure kinds it explains; nil: any
+}
+
+// lease503 is the answer of a server without a valid lease.
+const lease503 = "503 lease"
+
+// expect records that s's clients (every server's, if s is nil) may fail
+// between from and until because of the event why, with one of kinds (any
+// kind if none is given).
+func (f *fleet) expect(s *server, from, until time.Time, why string, kinds ...string) {
+	f.mu.Lock()
+	f.windows = append(f.windows, window{s: s, from: from, until: until, why: why, kinds: kinds})
+	f.mu.Unlock()
+}
+
+// clientErrors sorts the clients' failures: those an event explains, by
+// event and kind, and the others, by kind.
+func (f *fleet) clientErrors() (expected map[string]map[string]int, unexpected map[string]int) {
+	f.mu.Lock()
+	ws := slices.Clone(f.windows)
+	f.mu.Unlock()
+	expected, unexpected = map[string]map[string]int{}, map[string]int{}
+	for _, s := range f.all() {
+		s.coll.mu.Lock()
+		fs := slices.Clone(s.coll.failures)
+		s.coll.mu.Unlock()
+		for _, fl := range fs {
+			why := ""
+			for _, w := range ws {
+				if (w.s == nil || w.s == s) && fl.at >= w.from.UnixNano() && fl.at <= w.until.UnixNano() &&
+					(w.kinds == nil || slices.Contains(w.kinds, fl.kind)) {
+					why = w.why
+					break
+				}
+			}
+			if why == "" {
+				unexpected[fl.kind]++
+				continue
+			}
+			if expected[why] == nil {
+				expected[why] = map[string]int{}
+			}
+			expected[why][fl.kind]++
+		}
+	}
+	return expected, unexpected
+}
+
+// errorLine describes the clients' failures: "client errors: 1234
+// expected (wipe: 503 lease×900; SIGKILL: refused×3), unexpected: none".
+func (f *fleet) errorLine() string {
+	expected, unexpected := f.clientErrors()
+	n := 0
+	var whys []string
+	for why, m := range expected {
+		whys = append(whys, why)
+		for _, v := range m {
+			n += v
+		}
+	}
+	sort.Strings(whys)
+	var parts []string
+	for _, why := range whys {
+		parts = append(parts, why+": "+countsString(expected[why]))
+	}
+	exp := "none expected"
+	if n > 0 {
+		exp = fmt.Sprintf("%d expected (%s)", n, strings.Join(parts, "; "))
+	}
+	return fmt.Sprintf("client errors: %s, unexpected: %s", exp, countsString(unexpected))
+}

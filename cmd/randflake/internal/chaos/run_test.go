@@ -1,0 +1,300 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"crypto/rand"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+)
+
+// chaosRun is one seeded schedule of events played on a fleet: what the
+// etcd and PostgreSQL runs share. Each event does its damage, undoes it if
+// it is undone, and says when; the run then waits until the fleet issues
+// again, and at the end checks every ID.
+type chaosRun struct {
+	t     *testing.T
+	f     *fleet
+	rng   *mrand.Rand
+	began time.Time
+	// cipher decrypts the fleet's IDs; claim is the node IDs of a block.
+	cipher *randflake.Sparx64
+	claim  int64
+	// bounds are the time bounds the IDs are checked against.
+	bounds []bound
+	// recovered says, per event, how long after it the fleet issued again.
+	recovered []string
+	// done lists the events played, in order, with their durations.
+	done []doneEvent
+	// horizons describe what each wipe, rollback or restore cost.
+	horizons []string
+}
+
+type doneEvent struct {
+	kind string
+	d    time.Duration // 0: none to report
+}
+
+// newSecret returns a new fleet secret and the cipher of its IDs.
+func newSecret(t *testing.T) ([]byte, *randflake.Sparx64) {
+	secret := make([]byte, 16)
+	rand.Read(secret)
+	cipher, err := randflake.NewSparx64(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret, cipher
+}
+
+func newRun(t *testing.T, f *fleet, stream uint64) *chaosRun {
+	return &chaosRun{t: t, f: f, rng: mrand.New(mrand.NewPCG(uint64(seed), stream)), began: time.Now()}
+}
+
+// schedule returns the required events in a random order, then n extra
+// events drawn from extras.
+func (r *chaosRun) schedule(required, extras []string, n int) []string {
+	events := slices.Clone(required)
+	r.rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+	for range n {
+		events = append(events, extras[r.rng.IntN(len(extras))])
+	}
+	r.f.event("schedule (seed %d): %s", seed, strings.Join(events, ", "))
+	return events
+}
+
+// play plays the events, one after another with a random gap of
+// minGap to minGap+spread before each. The first required events always
+// run; the others only while the budget lasts. do plays one event and
+// returns when its damage was undone (zero: when it returned), or ok false
+// if it could not be played (no target).
+func (r *chaosRun) play(events []string, required int, budget, minGap, spread time.Duration, do func(ev string) (restored time.Time, ok bool)) {
+	start := time.Now()
+	for i, ev := range events {
+		if i >= required && time.Since(start) > budget {
+			r.f.event("schedule time budget spent: %s skipped", strings.Join(events[i:], ", "))
+			return
+		}
+		time.Sleep(minGap + upTo(r.rng, spread))
+		restored, ok := do(ev)
+		if !ok {
+			continue
+		}
+		if restored.IsZero() {
+			restored = time.Now()
+		}
+		if lat, ok := r.f.waitProgress(restored, 30*time.Second); ok {
+			r.recovered = append(r.recovered, fmt.Sprintf("%s %.1fs", ev, lat.Seconds()))
+		} else {
+			r.t.Errorf("the fleet issued no ID within 30s after the %s ended at %.1fs", ev, restored.Sub(r.f.start).Seconds())
+			r.recovered = append(r.recovered, ev+" never")
+		}
+	}
+}
+
+// note records an event played, with its duration (0: none).
+func (r *chaosRun) note(kind string, d time.Duration) {
+	r.done = append(r.done, doneEvent{kind, d})
+}
+
+// noteLast sets the duration of the last event noted.
+func (r *chaosRun) noteLast(d time.Duration) {
+	if len(r.done) > 0 {
+		r.done[len(r.done)-1].d = d
+	}
+}
+
+// eventsLine sums up the events played: "kill×2, pause 4.2s, wipe×1".
+func (r *chaosRun) eventsLine() string {
+	var kinds []string
+	count := map[string]int{}
+	ds := map[string][]string{}
+	for _, e := range r.done {
+		if count[e.kind] == 0 {
+			kinds = append(kinds, e.kind)
+		}
+		count[e.kind]++
+		if e.d > 0 {
+			ds[e.kind] = append(ds[e.kind], fmt.Sprintf("%.1fs", e.d.Seconds()))
+		}
+	}
+	var parts []string
+	for _, k := range kinds {
+		p := fmt.Sprintf("%s×%d", k, count[k])
+		if len(ds[k]) > 0 {
+			p += " " + strings.Join(ds[k], " ")
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return "no events"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// killMidSecond waits until about half-way through a second, while s
+// issues IDs in it, and SIGKILLs s's process. It returns the time of the
+// kill and the state s was in (see server.kill).
+func killMidSecond(s *server) (time.Time, string) {
+	now := time.Now()
+	next := now.Truncate(time.Second).Add(time.Second + 500*time.Millisecond)
+	if next.Sub(now) > time.Second {
+		next = next.Add(-time.Second)
+	}
+	time.Sleep(time.Until(next))
+	at := time.Now()
+	return at, s.kill()
+}
+
+// serverRange returns the first node ID of the block s issued its last ID
+// on, if it issued any.
+func (r *chaosRun) serverRange(s *server) (int64, bool) {
+	if s.coll.lastOK.Load() == 0 {
+		return 0, false
+	}
+	_, node, _ := split(r.cipher.DecryptID(s.coll.lastID.Load()))
+	return node / r.claim * r.claim, true
+}
+
+// killThen SIGKILLs a server issuing IDs half-way through a second, does
+// the event's damage at once (damage returns what it did, for the
+// timeline; nil: nothing more than the kill), then starts a replacement at
+// once. It returns the replacement and the time the damage began (the
+// kill's, without damage); ok is false if no server was issuing IDs.
+func (r *chaosRun) killThen(ev string, damage func() (string, error)) (rep *server, at time.Time, ok bool) {
+	f := r.f
+	s := f.pickIssuing(r.rng)
+	if s == nil {
+		f.event("%s: no server issuing IDs", ev)
+		return nil, time.Time{}, false
+	}
+	rs, _ := r.serverRange(s)
+	pid := s.pidString()
+	killed, _ := killMidSecond(s)
+	at = time.Now()
+	did := ""
+	if damage != nil {
+		d, err := damage()
+		if err != nil {
+			r.t.Fatalf("%s: %v", ev, err)
+		}
+		did = fmt.Sprintf("; %.0fms later, %s", float64(at.Sub(killed).Microseconds())/1000, d)
+	} else {
+		at = killed
+	}
+	f.replacements++
+	rep = f.launch(fmt.Sprintf("r%d", f.replacements), "replacement", "replaces "+s.name+" ("+ev+")")
+	r.note(ev, 0)
+	f.event("%s: SIGKILL %s (%s, node IDs %d-%d) at %.3f past the second%s; replacement %s launched",
+		ev, s.name, pid, rs, rs+r.claim-1, float64(killed.Nanosecond())/1e9, did, rep.name)
+	return rep, at, true
+}
+
+// farFuture is the end of a bound that lasts to the end of the run.
+var farFuture = time.Now().Add(24 * time.Hour)
+
+// horizon completes an event that made the fleet's history unknown at
+// since (a wipe, a rollback of records, a restore): claims made after it
+// wait out the horizon, wait seconds, so the fleet issues nothing new for
+// a while. It checks that every server serving or starting issues once the
+// horizon has passed, within wait + 25 s, marks the clients' 503s of the
+// wait as expected, and, if rep is the process started at once after the
+// event, adds the bound that none of its IDs carries a second before
+// since + wait + 1 (a claim made at since or later waits until then:
+// docs/leases.md, rule 5). It returns when the fleet issues again.
+func (r *chaosRun) horizon(ev string, since time.Time, wait int64, rep *server) time.Time {
+	after := time.Unix(since.Unix()+wait, 0)
+	if rep != nil {
+		r.bounds = append(r.bounds, bound{s: rep, from: since, until: farFuture, min: since.Unix() + wait + 1,
+			what: fmt.Sprintf("%s, started at once after the %s at %.1fs", rep.name, ev, since.Sub(r.f.start).Seconds())})
+	}
+	idle := r.f.waitAllIssuing(after, time.Until(after.Add(25*time.Second)), "serving", "starting")
+	back := time.Now()
+	r.f.expect(nil, since, back.Add(time.Second), ev, lease503)
+	for _, s := range idle {
+		r.t.Errorf("after the %s at %.1fs, %s issued no ID in the %ds of the horizon and 25s more (state %s); its clients' errors: %s; log: %s",
+			ev, since.Sub(r.f.start).Seconds(), s.name, wait, s.getState(), s.errorSummary(), s.logTail(5))
+	}
+	line := fmt.Sprintf("%s at %.1fs: horizon %ds; every server issuing again %.1fs after it", ev, since.Sub(r.f.start).Seconds(), wait, back.Sub(since).Seconds())
+	if rep != nil {
+		line += fmt.Sprintf(" (%s, started at once, ready %.1fs after it)", rep.name, readyAfter(rep, since))
+	}
+	r.horizons = append(r.horizons, line)
+	r.f.event("%s", line)
+	return back
+}
+
+// readyAfter returns how long after t the server became ready, or -1.
+func readyAfter(s *server, t time.Time) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readyAt.IsZero() {
+		return -1
+	}
+	return s.readyAt.Sub(t).Seconds()
+}
+
+// finish ends the run: every server started must become ready and issue
+// IDs, then the servers get SIGTERM, and every ID received is checked. It
+// prints the summary, head first, then extra lines, and fails the test on
+// every error found, and if fewer than minIDs IDs were checked.
+func (r *chaosRun) finish(cfg checkConfig, head func(*report) string, extra []string, minIDs int) {
+	f, t := r.f, r.t
+	if starting := f.waitStarted(30 * time.Second); len(starting) > 0 {
+		for _, s := range starting {
+			t.Errorf("%s (%s) never became ready: start failures %s; log: %s", s.name, s.note, s.failSummary(), s.logTail(5))
+		}
+	}
+	settle := time.Now()
+	for _, s := range f.waitAllIssuing(settle, 30*time.Second) {
+		t.Errorf("%s issued no ID in the %.0fs after the schedule ended (state %s); its clients' errors: %s; log: %s",
+			s.name, time.Since(settle).Seconds(), s.getState(), s.errorSummary(), s.logTail(5))
+	}
+	time.Sleep(time.Second)
+	f.event("schedule done; stopping the servers (SIGTERM)")
+	f.stop(10 * time.Second)
+
+	cfg.bounds, cfg.start = append(cfg.bounds, r.bounds...), f.start
+	rep := analyze(f.all(), cfg)
+	if len(r.recovered) > 0 {
+		extra = append(extra, "fleet issuing again after each event: "+strings.Join(r.recovered, ", "))
+	}
+	for _, h := range r.horizons {
+		extra = append(extra, "unknown history waited out: "+h)
+	}
+	if len(cfg.bounds) > 0 {
+		extra = append(extra, fmt.Sprintf("time bounds: %d checked, %s", len(cfg.bounds), violations(len(rep.bounds))))
+	}
+	f.summarize(rep, head(rep), extra, cfg.rangeSize)
+	for _, e := range rep.errors {
+		t.Error(e)
+	}
+	f.requireProgress(t, rep, minIDs)
+}
+
+// upTo returns a random duration in [0, d).
+func upTo(rng *mrand.Rand, d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rng.Int64N(int64(d)))
+}
+
+func violations(n int) string {
+	if n == 0 {
+		return "none violated"
+	}
+	return fmt.Sprintf("%d violated", n)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
