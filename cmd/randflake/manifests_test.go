@@ -1891,8 +1891,8 @@ func checkMainPort(t *testing.T, where string, args *containerArgs, c *corev1.Co
 		}
 	}
 	if args.set["ops-listen"] {
-		if resp, _ := ask(unchecked, "/metrics", true); resp.StatusCode == http.StatusOK {
-			t.Errorf("%s: GET /metrics on the --listen port answers 200; with --ops-listen it is served there only", where)
+		if resp, body := ask(unchecked, "/metrics", true); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: GET /metrics on the --listen port answers %d %.100q, want 404: with --ops-listen it is served there only", where, resp.StatusCode, body)
 		}
 	}
 }
