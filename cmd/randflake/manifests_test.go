@@ -40,12 +40,17 @@ import (
 
 // The Kubernetes manifests (deploy/kubernetes) and the image (Dockerfile)
 // are checked against the command they run: every document decodes
-// strictly into the Kubernetes API type its apiVersion and kind name; the
-// kustomizations list exactly the manifests beside them; the containers'
-// flags and environment variables are those serve reads; the probes, ports,
-// users and grace periods agree with serve and the image; and serve, run
-// with each workload's arguments and environment, answers every probe
-// path with 200.
+// strictly into the Kubernetes API type its apiVersion and kind name (a
+// cert-manager Certificate into a local type); the kustomizations list
+// exactly the manifests beside them; the containers' flags and
+// environment variables are those serve reads; every file serve reads is
+// in a Secret volume, under a key the Secret has, with a mode the pod's
+// user may read and serve accepts; the probes, ports, Services, users and
+// grace periods agree with serve and the image; each of these checks
+// fires on a StatefulSet changed to break it; and serve, run with each
+// workload's arguments, environment and Secret volumes (laid out as the
+// kubelet lays them out, with stand-in files), answers every probe with
+// 200 on the operations port and serves IDs over TLS.
 
 // Where the manifests and the Dockerfile are, from this module's directory.
 const (
