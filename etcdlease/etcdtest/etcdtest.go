@@ -38,13 +38,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/leasetest"
 )
 
 // BinEnv is the environment variable that, when set, names the directory
@@ -94,10 +95,7 @@ func isFile(p string) bool {
 // Required reports whether tests needing etcd must fail rather than be
 // skipped when there are no binaries: whether the CI environment variable
 // is set to anything but "", "false" or "0".
-func Required() bool {
-	ci := os.Getenv("CI")
-	return ci != "" && ci != "false" && ci != "0"
-}
+func Required() bool { return leasetest.ServersRequired() }
 
 // Server is a throwaway etcd server for tests. Its methods may be called
 // from any goroutine.
@@ -107,12 +105,11 @@ type Server struct {
 	log           string // the server's log file
 	client, peer  int    // ports on 127.0.0.1
 
-	mu     sync.Mutex // serializes Start, Stop, Restore and Close
-	data   string     // the current data directory
-	token  string     // the initial cluster token of the current data
-	gen    int        // data directories made so far
-	cmd    *exec.Cmd  // the running etcd, nil when stopped
-	done   chan struct{}
+	mu     sync.Mutex               // serializes Start, Stop, Restore and Close
+	data   string                   // the current data directory
+	token  string                   // the initial cluster token of the current data
+	gen    int                      // data directories made so far
+	proc   *leasetest.ServerProcess // the running etcd, nil when stopped
 	closed bool
 }
 
@@ -159,15 +156,7 @@ func makeDir() (string, error) {
 // the server does not start.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s, err := Start()
-	if errors.Is(err, ErrNotFound) && !Required() {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatalf("etcdtest: starting etcd: %v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return leasetest.ServerFor(t, "etcdtest: starting etcd", Start, ErrNotFound)
 }
 
 // freePort returns a port of 127.0.0.1 the kernel chose, free when it
@@ -223,17 +212,17 @@ func (s *Server) ClusterToken() string {
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cmd != nil
+	return s.proc != nil
 }
 
 // PID returns the server's process ID, 0 when it is stopped.
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.PID()
 }
 
 // Start starts a stopped server again, on the same ports and data, and
@@ -249,15 +238,9 @@ func (s *Server) startLocked() error {
 	if s.closed {
 		return errors.New("etcdtest: Start of a closed server")
 	}
-	if s.cmd != nil {
+	if s.proc != nil {
 		return errors.New("etcdtest: Start of a running server")
 	}
-	lf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer lf.Close()
-	fmt.Fprintf(lf, "--- etcdtest: starting etcd on %s at %s\n", s.data, time.Now().UTC().Format(time.RFC3339Nano))
 	peer := s.peerURL()
 	cmd := exec.Command(s.etcd,
 		"--name", memberName,
@@ -269,26 +252,21 @@ func (s *Server) startLocked() error {
 		"--initial-cluster-state", "new",
 		"--heartbeat-interval", "10", "--election-timeout", "100",
 		"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := spawn(cmd); err != nil {
-		return fmt.Errorf("etcdtest: starting %s: %w", s.etcd, err)
+	proc, err := leasetest.StartServer("etcdtest: etcd on "+s.data, cmd, s.log)
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
+	s.proc = proc
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if err = s.healthy(); err == nil {
 			return nil
 		}
 		select {
-		case <-done:
-			s.cmd = nil
-			return fmt.Errorf("etcdtest: etcd exited: %v\n%s", cmd.ProcessState, s.LogTail())
+		case <-proc.Exited():
+			s.proc = nil
+			return fmt.Errorf("etcdtest: etcd exited: %v\n%s", proc.State(), s.LogTail())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -314,34 +292,6 @@ func (s *Server) healthy() error {
 	return nil
 }
 
-// spawns carries start requests to the one goroutine that starts servers.
-// It stays locked to its OS thread for the life of the test binary: the
-// kernel sends the parent-death signal when the thread that forked the
-// child ends, not the process, and the Go runtime may end threads.
-var (
-	spawns     = make(chan spawnRequest)
-	spawnsOnce sync.Once
-)
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func spawn(cmd *exec.Cmd) error {
-	spawnsOnce.Do(func() {
-		go func() {
-			runtime.LockOSThread()
-			for r := range spawns {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
-	spawns <- r
-	return <-r.done
-}
-
 // Stop stops the server by its process ID, with SIGTERM (etcd then shuts
 // down cleanly), killing it if it has not exited within 10 seconds, and
 // returns once it has exited. The data stay, for [Server.Start]. Stopping
@@ -362,23 +312,9 @@ func (s *Server) Kill() error {
 }
 
 func (s *Server) stopLocked(sig syscall.Signal) error {
-	cmd, done := s.cmd, s.done
-	if cmd == nil {
-		return nil
-	}
-	s.cmd = nil
-	var err error
-	if e := cmd.Process.Signal(sig); e != nil && !errors.Is(e, os.ErrProcessDone) {
-		err = fmt.Errorf("etcdtest: signalling etcd (pid %d): %w", cmd.Process.Pid, e)
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		err = fmt.Errorf("etcdtest: etcd (pid %d) did not exit within 10s of %v and was killed", cmd.Process.Pid, sig)
-	}
-	return err
+	proc := s.proc
+	s.proc = nil
+	return proc.Stop(sig, 10*time.Second)
 }
 
 // Restart stops the server and starts it again on the same data.
@@ -396,12 +332,11 @@ func (s *Server) Restart() error {
 func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return
+	if !s.closed {
+		s.stopLocked(syscall.SIGTERM)
+		s.closed = true
+		os.RemoveAll(s.dir)
 	}
-	s.stopLocked(syscall.SIGTERM)
-	s.closed = true
-	os.RemoveAll(s.dir)
 }
 
 // Ctl runs etcdctl (API version 3) against the server with args, within
@@ -467,10 +402,4 @@ func (s *Server) Restore(ctx context.Context, path string, opts RestoreOptions) 
 
 // LogTail returns the last 4 KB of the server's log (warnings and worse,
 // and a line per start), for failure messages.
-func (s *Server) LogTail() string {
-	b, _ := os.ReadFile(s.log)
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	return string(b)
-}
+func (s *Server) LogTail() string { return leasetest.LogTail(s.log) }

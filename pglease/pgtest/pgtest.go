@@ -33,7 +33,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +42,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/randflake/randflake/leasetest"
 )
 
 // BinEnv is the environment variable that, when set, names the directory
@@ -107,10 +107,7 @@ func hasBinaries(dir string) bool {
 // Required reports whether tests needing a server must fail rather than
 // be skipped when there are no server binaries: whether the CI
 // environment variable is set to anything but "", "false" or "0".
-func Required() bool {
-	ci := os.Getenv("CI")
-	return ci != "" && ci != "false" && ci != "0"
-}
+func Required() bool { return leasetest.ServersRequired() }
 
 // Server is a throwaway PostgreSQL server for tests. Its methods may be
 // called from any goroutine.
@@ -121,9 +118,8 @@ type Server struct {
 	cred *syscall.Credential // the postgres user's, when running as root
 	log  string              // the server's log file
 
-	mu     sync.Mutex // serializes Start, Stop and Close
-	cmd    *exec.Cmd  // the running postgres, nil when stopped
-	done   chan struct{}
+	mu     sync.Mutex               // serializes Start, Stop and Close
+	proc   *leasetest.ServerProcess // the running postgres, nil when stopped
 	closed bool
 }
 
@@ -136,7 +132,12 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := initServer(bin)
+	return started(initServer(bin))
+}
+
+// started starts s, made by initServer or newServerDir with err, unless
+// err is set; on any error it removes s's directory, if made.
+func started(s *Server, err error) (*Server, error) {
 	if err == nil {
 		err = s.Start()
 	}
@@ -229,16 +230,7 @@ func (s *Server) Replica() (*Server, error) {
 			err = fmt.Errorf("pg_basebackup: %v\n%s", e, out)
 		}
 	}
-	if err == nil {
-		err = r.Start()
-	}
-	if err != nil {
-		if r != nil {
-			os.RemoveAll(r.dir)
-		}
-		return nil, err
-	}
-	return r, nil
+	return started(r, err)
 }
 
 // Unfollow makes a stopped replica forget its primary: the connection
@@ -249,7 +241,7 @@ func (s *Server) Replica() (*Server, error) {
 func (s *Server) Unfollow() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil {
+	if s.proc != nil {
 		return errors.New("pgtest: Unfollow of a running server")
 	}
 	conf := filepath.Join(s.dir, "data", "postgresql.auto.conf")
@@ -335,34 +327,6 @@ func othersCanEnter(dir string) bool {
 	}
 }
 
-// spawns carries start requests to the one goroutine that starts the
-// servers. It is locked to its OS thread for the life of the test binary:
-// the kernel sends the parent-death signal (which stops a server left by a
-// test binary that died) when the forking thread ends, not the process.
-var (
-	spawns     = make(chan spawnRequest)
-	spawnsOnce sync.Once
-)
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func spawn(cmd *exec.Cmd) error {
-	spawnsOnce.Do(func() {
-		go func() {
-			runtime.LockOSThread() // never unlocked
-			for r := range spawns {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
-	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
-	spawns <- r
-	return <-r.done
-}
-
 // Start starts a stopped server again, on the same port and data, and
 // returns once it accepts connections. It is an error to start a running
 // or closed server.
@@ -372,29 +336,19 @@ func (s *Server) Start() error {
 	if s.closed {
 		return errors.New("pgtest: Start of a closed server")
 	}
-	if s.cmd != nil {
+	if s.proc != nil {
 		return errors.New("pgtest: Start of a running server")
 	}
-	lf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer lf.Close()
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"),
 		"-p", strconv.Itoa(s.port), "-h", "127.0.0.1", "-k", s.dir,
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=32MB", "-c", "log_min_messages=warning")
-	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
-	if err := spawn(cmd); err != nil {
-		return fmt.Errorf("postgres: %w", err)
+	proc, err := leasetest.StartServer("pgtest: postgres", cmd, s.log)
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
+	s.proc = proc
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -405,9 +359,9 @@ func (s *Server) Start() error {
 			return nil
 		}
 		select {
-		case <-done:
-			s.cmd = nil
-			return fmt.Errorf("postgres exited: %v\n%s", cmd.ProcessState, s.LogTail())
+		case <-proc.Exited():
+			s.proc = nil
+			return fmt.Errorf("postgres exited: %v\n%s", proc.State(), s.LogTail())
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -429,23 +383,9 @@ func (s *Server) Stop() error {
 }
 
 func (s *Server) stopLocked() error {
-	cmd, done := s.cmd, s.done
-	if cmd == nil {
-		return nil
-	}
-	s.cmd = nil
-	var err error
-	if e := cmd.Process.Signal(syscall.SIGINT); e != nil && !errors.Is(e, os.ErrProcessDone) {
-		err = fmt.Errorf("pgtest: stopping postgres: %w", e)
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		err = errors.New("pgtest: postgres did not stop within 10s of SIGINT and was killed")
-	}
-	return err
+	proc := s.proc
+	s.proc = nil
+	return proc.Stop(syscall.SIGINT, 10*time.Second)
 }
 
 // Restart stops the server and starts it again.
@@ -493,13 +433,7 @@ func (s *Server) Dir() string { return s.dir }
 
 // LogTail returns the last 4 KB of the server's log, for failure
 // messages. Only warnings and worse are logged.
-func (s *Server) LogTail() string {
-	b, _ := os.ReadFile(s.log)
-	if len(b) > 4096 {
-		b = b[len(b)-4096:]
-	}
-	return string(b)
-}
+func (s *Server) LogTail() string { return leasetest.LogTail(s.log) }
 
 var (
 	shared    *Server // started by Main
@@ -558,13 +492,5 @@ func Shared(t testing.TB) *Server {
 // fails t if the server does not start.
 func New(t testing.TB) *Server {
 	t.Helper()
-	s, err := Start()
-	if errors.Is(err, ErrNotFound) && !Required() {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatalf("pgtest: starting PostgreSQL: %v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return leasetest.ServerFor(t, "pgtest: starting PostgreSQL", Start, ErrNotFound)
 }
