@@ -496,6 +496,13 @@ func (r *etcdRun) restore() (time.Time, bool) {
 		f.event("restore: a running server saw the revision go back and marked the history unknown %.1fs after the restart", detected.Sub(restarted).Seconds())
 	}
 	back := r.horizon("restore", t0, etcdWait, nil)
+	if _, unknown, _, err := r.pl.markerState(rctx); err == nil {
+		// One detection makes the history unknown for the horizon; a
+		// later second means later steps found the history gone back
+		// again and marked it unknown again.
+		f.event("restore: the marker makes the history unknown up to %ds after the restart (the horizon is %ds)",
+			unknown-restarted.Unix(), etcdWait)
+	}
 	r.note("restore", back.Sub(t0))
 	return back, true
 }
