@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -203,16 +202,8 @@ func TestEtcdStopAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []*leasetest.Collector{c1, c2} {
-		for {
-			if _, last := c.Count(); last.After(restartedAt) {
-				t.Logf("%s resumed %v after the restart (errors: %v)", c.Name(), last.Sub(restartedAt).Round(time.Millisecond), c.Errors())
-				break
-			}
-			if time.Since(restartedAt) > 20*time.Second {
-				t.Fatalf("%s did not resume within 20s of etcd's restart: %v", c.Name(), c.Errors())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		resumed := c.WaitIssuedAfter(t, restartedAt, 20*time.Second)
+		t.Logf("%s resumed %v after the restart (errors: %v)", c.Name(), resumed.Round(time.Millisecond), c.Errors())
 	}
 	time.Sleep(300 * time.Millisecond)
 	check := leasetest.NewChecker(t, testSecret)
@@ -233,16 +224,10 @@ func TestPartition(t *testing.T) {
 	cliA := newClient(t, p.Addr())
 	cfgA := testConfig(cliA, "/partition/", 15, "A")
 	cfgB := testConfig(cliB, "/partition/", 15, "B")
-	gA := newLeased(t, cfgA)
-	cA := leasetest.Collect("A", gA)
-	time.Sleep(500 * time.Millisecond)
-
-	ctx := context.Background()
-	if _, err := NewLeased(ctx, testSecret, cfgB); !errors.Is(err, ErrNoFreeNodes) {
-		t.Fatalf("claim while A holds the node IDs: %v, want ErrNoFreeNodes", err)
-	}
-	cutAt := time.Now()
-	p.Cut()
+	r := leasetest.StartCutOff(t, p, testSecret, newLeased(t, cfgA), func(ctx context.Context) error {
+		_, err := NewLeased(ctx, testSecret, cfgB)
+		return err
+	})
 	// The moment A's claim disappears (its etcd lease expired) is the
 	// earliest another process could claim its node IDs.
 	var freedAt time.Time
@@ -251,45 +236,23 @@ func TestPartition(t *testing.T) {
 			freedAt = time.Now()
 			break
 		}
-		if time.Since(cutAt) > 3*testTTL {
+		if time.Since(r.At) > 3*testTTL {
 			t.Fatal("A's claim still there 3 TTLs after the partition")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	nA, lastA := cA.Count()
+	_, lastA := r.A.Count()
 	if !lastA.Before(freedAt) {
 		t.Fatalf("A issued an ID at %v, after its node IDs were free at %v", lastA, freedAt)
 	}
-	if freedAt.Sub(cutAt) < testTTL-time.Second {
-		t.Errorf("A's node IDs free %v after the cut, before its TTL could pass", freedAt.Sub(cutAt))
+	if freedAt.Sub(r.At) < testTTL-time.Second {
+		t.Errorf("A's node IDs free %v after the cut, before its TTL could pass", freedAt.Sub(r.At))
 	}
 	gB := newLeased(t, cfgB)
 	t.Logf("A stopped %v after the cut; its node IDs were free %v after it; B started %v after it",
-		lastA.Sub(cutAt).Round(time.Millisecond), freedAt.Sub(cutAt).Round(time.Millisecond), time.Since(cutAt).Round(time.Millisecond))
-	cB := leasetest.Collect("B", gB)
-	time.Sleep(500 * time.Millisecond)
-
+		lastA.Sub(r.At).Round(time.Millisecond), freedAt.Sub(r.At).Round(time.Millisecond), time.Since(r.At).Round(time.Millisecond))
 	// Heal the partition: A's lease has expired, B holds the node IDs.
-	p.Heal()
-	time.Sleep(time.Second)
-	if n, _ := cA.Count(); n != nA {
-		t.Fatalf("A issued %d IDs while B held its node IDs", n-nA)
-	}
-	idsB := cB.Stop()
-	if err := gB.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cA.WaitCount(t, nA+1, 15*time.Second)
-	time.Sleep(200 * time.Millisecond)
-	idsA := cA.Stop()
-	check := leasetest.NewChecker(t, testSecret)
-	a1 := check.Add("A before the partition", idsA[:nA])
-	b := check.Add("B", idsB, cB.Leases()...)
-	a2 := check.Add("A after the partition", idsA[nA:], cA.Leases()...)
-	if b.First <= a1.Last || a2.First <= b.Last {
-		t.Errorf("seconds overlap: A up to %d, B %d-%d, A again from %d", a1.Last, b.First, b.Last, a2.First)
-	}
-	t.Logf("%v", check)
+	r.Heal(gB)
 }
 
 // Thousands of claims and releases by concurrent claimants on a few
@@ -300,57 +263,22 @@ func TestClaimReleaseCycles(t *testing.T) {
 	_, cli := startEtcd(t)
 	cfg := testConfig(cli, "/cycles/", 31, "")
 	const workers, cycles = 4, 250
+	refusals := leasetest.ClaimReleaseCycles(t, leasetest.Cycles{
+		Workers: workers, Cycles: cycles,
+		Source: func(w int) (randflake.LeaseSource, error) { return New(withHolder(cfg, fmt.Sprintf("worker %d", w))) },
+		// Every block held, or the block chosen taken by another worker
+		// in each of the engine's tries: try again.
+		Refused: func(err error) bool { return errors.Is(err, ErrNoFreeNodes) || errors.Is(err, randflake.ErrBlockHeld) },
+		// Most cycles use nothing; every 50th uses its second, so that
+		// the next claim of the block starts after it.
+		Last: func(i int, l randflake.Lease) int64 {
+			if i%50 == 49 {
+				return max(time.Now().Unix(), l.Start)
+			}
+			return l.Start - 1
+		},
+	})
 	ctx := context.Background()
-	var mu sync.Mutex
-	recorded := map[int64]int64{} // first node -> second recorded at release
-	var wg sync.WaitGroup
-	var refusals int
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := cfg
-			cfg.Holder = fmt.Sprintf("worker %d", w)
-			s, err := New(cfg)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for i := 0; i < cycles; i++ {
-				l, err := s.Acquire(ctx)
-				// Every block held, or the block chosen taken by another
-				// worker in each of the engine's tries: try again.
-				if errors.Is(err, ErrNoFreeNodes) || errors.Is(err, randflake.ErrBlockHeld) {
-					mu.Lock()
-					refusals++
-					mu.Unlock()
-					i--
-					continue
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				if prev := recorded[l.FirstNode]; l.Start <= prev {
-					t.Errorf("lease %v starts at or before the recorded second %d", l, prev)
-				}
-				// Most cycles use nothing; every 50th uses its second, so
-				// that the next claim of the block starts after it.
-				last := l.Start - 1
-				if i%50 == 49 {
-					last = max(time.Now().Unix(), l.Start)
-				}
-				recorded[l.FirstNode] = last
-				mu.Unlock()
-				if err := s.Release(ctx, l, last); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
 	leases, err := cli.Leases(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease/etcdtest"
+	"github.com/randflake/randflake/leasetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -48,21 +49,10 @@ func testConfig(cli *clientv3.Client, prefix string, last int64, holder string) 
 }
 
 // newLeased returns a generator on cfg, closed when t ends; its start-up
-// (which may wait out unknown history) is bounded by 30 s.
+// (which may wait out unknown history) is bounded by leasetest.StartTimeout.
 func newLeased(t testing.TB, cfg Config) *randflake.Leased {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	g, err := NewLeased(ctx, testSecret, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		g.Close(ctx)
-	})
-	return g
+	return leasetest.NewLeased(t, func(ctx context.Context) (*randflake.Leased, error) { return NewLeased(ctx, testSecret, cfg) })
 }
 
 // startEtcd starts an etcd server of the test's own, with a client.

@@ -132,6 +132,22 @@ func (c *Collector) WaitCount(t testing.TB, n int, timeout time.Duration) {
 	}
 }
 
+// WaitIssuedAfter waits up to timeout for the generator to issue an ID
+// after since (a batch asked for after it), fails t if it has not, and
+// returns how long after since the newest batch was: for a generator
+// that must resume after an outage began or ended at since.
+func (c *Collector) WaitIssuedAfter(t testing.TB, since time.Time, timeout time.Duration) time.Duration {
+	t.Helper()
+	for deadline := since.Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		if _, last := c.Count(); last.After(since) {
+			return last.Sub(since)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s issued nothing within %v after %s (errors: %v)", c.name, timeout, since.Format("15:04:05.000"), c.Errors())
+		}
+	}
+}
+
 // Errors returns the generator's errors so far, each distinct from the
 // one before it (ErrResourceExhausted, a second's sequence space used up,
 // is not an error here).

@@ -55,5 +55,13 @@
 // Proxy (a TCP fault proxy: Cut, Blackhole, Heal), Collect and Checker
 // (generators under load, every ID checked for duplicates and against its
 // holder's leases), and HolderMain and StartHolder (a holder in a process
-// of its own, to SIGKILL half-way through a second).
+// of its own, to SIGKILL half-way through a second). So do the drivers
+// of tests every store module has: NewLeased (a generator closed when the
+// test ends), ClaimReleaseCycles (concurrent claims and releases, each
+// lease after the second its block last recorded) and CutOff (a holder
+// cut off through a Proxy, its node IDs taken over, the partition
+// healed). StartServer, ServerFor and LogTail run the real server a
+// store needs (etcd, PostgreSQL) for a test: started from the test
+// binary, stopped by its process ID, skipped or failed when it is not
+// installed.
 package leasetest

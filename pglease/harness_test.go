@@ -58,6 +58,26 @@ func uniqueName(name string) string {
 	return fmt.Sprintf("%s_%d", name, tables.Add(1))
 }
 
+// sharedPool returns a pool of the test's own on the shared server (see
+// newPool), and a context that ends after timeout, or with the test.
+func sharedPool(t *testing.T, timeout time.Duration) (*pgxpool.Pool, context.Context) {
+	t.Helper()
+	pool := newPool(t, server(t).DSN())
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return pool, ctx
+}
+
+// tableConfig returns the tests' configuration (blocks of 16 node IDs in
+// 0..last, the test secret, TTL and clock skew bound) on a table of the
+// test's own, named after name (see newTable), and a pool of its own on
+// the shared server.
+func tableConfig(t *testing.T, name string, last int64) Config {
+	t.Helper()
+	pool := newPool(t, server(t).DSN())
+	return Config{Pool: pool, Secret: testSecret, Table: newTable(t, pool, name), Nodes: 16, LastNode: last, TTL: testTTL, MaxClockSkew: testSkew}
+}
+
 // newTable migrates a table of the test's own on pool and returns its name.
 func newTable(t testing.TB, pool *pgxpool.Pool, name string) string {
 	t.Helper()
@@ -84,20 +104,12 @@ const (
 // lease lasts: TTL - 2 x MaxClockSkew - margin.
 const validity = testTTL - 2*testSkew - 300*time.Millisecond
 
+// newLeased returns a generator on cfg, closed when t ends; its start-up
+// (which may wait out unknown history) is bounded by leasetest's
+// StartTimeout.
 func newLeased(t *testing.T, cfg Config) *randflake.Leased {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	g, err := NewLeased(ctx, testSecret, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		g.Close(ctx)
-	})
-	return g
+	return leasetest.NewLeased(t, func(ctx context.Context) (*randflake.Leased, error) { return NewLeased(ctx, testSecret, cfg) })
 }
 
 // leasedWhenFree claims node IDs with cfg as soon as a block is free,
@@ -110,11 +122,7 @@ func leasedWhenFree(t *testing.T, cfg Config, limit time.Duration) *randflake.Le
 	for began := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		g, err := NewLeased(ctx, testSecret, cfg)
 		if err == nil {
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				defer cancel()
-				g.Close(ctx)
-			})
+			leasetest.CloseAtEnd(t, g)
 			return g
 		}
 		if !errors.Is(err, ErrNoFreeNodes) || time.Since(began) > limit {

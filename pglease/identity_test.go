@@ -63,9 +63,7 @@ func (r *identityRecorder) Renew(ctx context.Context, held randflake.StoreClaim)
 func TestUnprivilegedRole(t *testing.T) {
 	t.Parallel()
 	srv := server(t)
-	admin := newPool(t, srv.DSN())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	admin, ctx := sharedPool(t, 60*time.Second)
 	// A database of the test's own: the revocation below is per database.
 	db, role := uniqueName("unprivileged"), uniqueName("app")
 	if _, err := admin.Exec(ctx, `CREATE DATABASE `+db); err != nil {

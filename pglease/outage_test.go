@@ -53,17 +53,9 @@ func TestServerRestart(t *testing.T) {
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
-		for i, c := range []*leasetest.Collector{c1, c2} {
-			for {
-				if _, last := c.Count(); last.After(restartedAt) {
-					t.Logf("outage of %v: generator %d issued again %v after the restart", outage, i+1, last.Sub(restartedAt).Round(time.Millisecond))
-					break
-				}
-				if time.Since(restartedAt) > 20*time.Second {
-					t.Fatalf("generator %d did not resume within 20s of the restart: %v", i+1, c.Errors())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+		for _, c := range []*leasetest.Collector{c1, c2} {
+			resumed := c.WaitIssuedAfter(t, restartedAt, 20*time.Second)
+			t.Logf("outage of %v: %s issued again %v after the restart", outage, c.Name(), resumed.Round(time.Millisecond))
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -91,17 +83,12 @@ func TestCutOff(t *testing.T) {
 	cfgB := cfgA
 	cfgB.Pool, cfgB.Holder = poolB, "B"
 	gA := newLeased(t, cfgA)
-	cA := leasetest.Collect("gA", gA)
-	time.Sleep(500 * time.Millisecond)
-
-	ctx := context.Background()
-	if _, err := NewLeased(ctx, testSecret, cfgB); !errors.Is(err, ErrNoFreeNodes) {
-		t.Fatalf("claim while A holds the node IDs: %v, want ErrNoFreeNodes", err)
-	}
-	cutAt := time.Now()
-	p.Cut()
+	r := leasetest.StartCutOff(t, p, testSecret, gA, func(ctx context.Context) error {
+		_, err := NewLeased(ctx, testSecret, cfgB)
+		return err
+	})
 	var expiry time.Time
-	if err := poolB.QueryRow(ctx, `SELECT expires_at FROM `+table).Scan(&expiry); err != nil {
+	if err := poolB.QueryRow(context.Background(), `SELECT expires_at FROM `+table).Scan(&expiry); err != nil {
 		t.Fatal(err)
 	}
 	// A cannot renew any more: its lease ends where it is now, and must
@@ -115,49 +102,16 @@ func TestCutOff(t *testing.T) {
 	// could take A's node IDs over.
 	gB := leasedWhenFree(t, cfgB, 3*testTTL)
 	takenAt := time.Now()
-	nA, lastA := cA.Count()
+	_, lastA := r.A.Count()
 	if takenAt.Before(expiry) {
 		t.Errorf("B took over at %v, before A's claim expired at %v", takenAt, expiry)
 	}
 	t.Logf("A stopped issuing %v after the cut (its lease ended with second %d); its claim expired %v after the cut; B took the node IDs over %v after it",
-		lastA.Sub(cutAt).Round(time.Millisecond), endA, expiry.Sub(cutAt).Round(time.Millisecond), takenAt.Sub(cutAt).Round(time.Millisecond))
-	cB := leasetest.Collect("gB", gB)
-	time.Sleep(500 * time.Millisecond)
-
+		lastA.Sub(r.At).Round(time.Millisecond), endA, expiry.Sub(r.At).Round(time.Millisecond), takenAt.Sub(r.At).Round(time.Millisecond))
 	// Heal the partition: A's claim is B's now.
-	p.Heal()
-	time.Sleep(time.Second)
-	if n, _ := cA.Count(); n != nA {
-		t.Fatalf("A issued %d IDs while B held its node IDs", n-nA)
+	if a1 := r.Heal(gB); a1.Last > endA {
+		t.Errorf("A issued second %d, after its lease's end %d", a1.Last, endA)
 	}
-	idsB := cB.Stop()
-	if err := gB.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	releasedAt := time.Now()
-	for {
-		if n, _ := cA.Count(); n > nA {
-			break
-		}
-		if time.Since(releasedAt) > 15*time.Second {
-			t.Fatalf("A issued nothing 15s after B released the node IDs: %v", cA.Errors())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
-	idsA := cA.Stop()
-	check := checker(t)
-	maxA1 := check.Add("A before the cut", idsA[:nA]).Last
-	if maxA1 > endA {
-		t.Errorf("A issued second %d, after its lease's end %d", maxA1, endA)
-	}
-	spanB := check.Add("B", idsB, gB.Lease())
-	minB, maxB := spanB.First, spanB.Last
-	minA2 := check.Add("A after the cut", idsA[nA:], gA.Lease()).First
-	if minB <= maxA1 || minA2 <= maxB {
-		t.Errorf("seconds overlap: A up to %d, B %d-%d, A again from %d", maxA1, minB, maxB, minA2)
-	}
-	t.Logf("%d IDs (A %d before the cut, B %d, A %d after), none twice", check.Total(), nA, len(idsB), len(idsA)-nA)
 }
 
 // ResetHistory, run while a generator holds a block (as after a restore
@@ -166,10 +120,7 @@ func TestCutOff(t *testing.T) {
 // reset on, so it starts after every second any holder may have used.
 func TestResetHistory(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	pool := newPool(t, srv.DSN())
-	table := newTable(t, pool, "reset")
-	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := tableConfig(t, "reset", 31)
 	g1 := newLeased(t, cfg)
 	c1 := leasetest.Collect("g1", g1)
 	time.Sleep(500 * time.Millisecond)

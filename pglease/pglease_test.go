@@ -175,10 +175,8 @@ func TestPasswordNeverShown(t *testing.T) {
 // to the next claimant, which starts after the last second used.
 func TestRefusedWhenAllHeld(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	pool := newPool(t, srv.DSN())
-	table := newTable(t, pool, "refused")
-	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := tableConfig(t, "refused", 31)
+	pool, table := cfg.Pool, cfg.Table
 	ctx := context.Background()
 	g1, g2 := newLeased(t, cfg), newLeased(t, cfg)
 	if g1.Lease().FirstNode == g2.Lease().FirstNode {
@@ -261,9 +259,6 @@ func TestClaimReleaseCycles(t *testing.T) {
 	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
 	const workers, cycles = 4, 500
 	ctx := context.Background()
-	var mu sync.Mutex
-	recorded := map[int64]int64{} // first node -> second recorded at release
-	var refusals, done int
 	// ours counts the server's connections of this test's pool.
 	ours := func() int {
 		var n int
@@ -273,57 +268,27 @@ func TestClaimReleaseCycles(t *testing.T) {
 		return n
 	}
 	var connsEarly int
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	refusals := leasetest.ClaimReleaseCycles(t, leasetest.Cycles{
+		Workers: workers, Cycles: cycles,
+		Source: func(w int) (randflake.LeaseSource, error) {
 			cfg := cfg
 			cfg.Holder = fmt.Sprintf("worker %d", w)
-			s, err := New(cfg)
-			if err != nil {
-				t.Error(err)
-				return
+			return New(cfg)
+		},
+		// Report the previous second as used, when the lease covers it
+		// (so that the next claim need not wait), else nothing.
+		Last: func(_ int, l randflake.Lease) int64 {
+			if last := time.Now().Unix() - 1; last >= l.Start && last <= l.End {
+				return last
 			}
-			for i := 0; i < cycles; i++ {
-				l, err := s.Acquire(ctx)
-				if errors.Is(err, ErrNoFreeNodes) {
-					mu.Lock()
-					refusals++
-					mu.Unlock()
-					i--
-					continue
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				// Report the previous second as used, when the lease
-				// covers it (so that the next claim need not wait),
-				// else nothing.
-				last := time.Now().Unix() - 1
-				if last < l.Start || last > l.End {
-					last = l.Start - 1
-				}
-				mu.Lock()
-				if prev, ok := recorded[l.FirstNode]; ok && l.Start <= prev {
-					t.Errorf("lease %v starts at or before the recorded second %d", l, prev)
-				}
-				recorded[l.FirstNode] = last
-				mu.Unlock()
-				if err := s.Release(ctx, l, last); err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				if done++; done == 200 {
-					connsEarly = ours()
-				}
-				mu.Unlock()
+			return l.Start - 1
+		},
+		AfterRelease: func(done int) {
+			if done == 200 {
+				connsEarly = ours()
 			}
-		}()
-	}
-	wg.Wait()
+		},
+	})
 	var rows, held int
 	if err := pool.QueryRow(ctx, `SELECT count(*), count(token) FROM `+table).Scan(&rows, &held); err != nil {
 		t.Fatal(err)
@@ -369,10 +334,8 @@ func TestClaimReleaseCycles(t *testing.T) {
 // without ErrClockBehind.
 func TestClockSkewRefused(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	pool := newPool(t, srv.DSN())
-	table := newTable(t, pool, "skew")
-	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := tableConfig(t, "skew", 15)
+	pool, table := cfg.Pool, cfg.Table
 	ctx := context.Background()
 	var ahead atomic.Int64 // nanoseconds the clock is ahead
 	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
@@ -485,10 +448,7 @@ func (c *stepCounter) Update(ctx context.Context, held randflake.StoreClaim, all
 // the renewals without a gap.
 func TestPromiseWrites(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	pool := newPool(t, srv.DSN())
-	table := newTable(t, pool, "promises")
-	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := tableConfig(t, "promises", 15)
 	st := &stepCounter{store: openStore(t, cfg)}
 	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.layout})
 	if err != nil {

@@ -44,10 +44,7 @@ func versionRow(t *testing.T, pool *pgxpool.Pool, table string) (version int, ma
 // missing tables are a clear error.
 func TestMigrate(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	pool := newPool(t, srv.DSN())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	pool, ctx := sharedPool(t, 30*time.Second)
 
 	s, err := New(Config{Pool: pool, Secret: testSecret, Table: uniqueName("never_migrated")})
 	if err != nil {
@@ -168,10 +165,7 @@ func TestMigrate(t *testing.T) {
 // holder can have recorded, once.
 func TestMigrateFromV1(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	pool := newPool(t, srv.DSN())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	pool, ctx := sharedPool(t, 30*time.Second)
 	v1, err := os.ReadFile("testdata/schema_v1.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -248,10 +242,7 @@ func TestMigrateFromV1(t *testing.T) {
 // leaves a claim behind. The table itself refuses both.
 func TestRowsChecked(t *testing.T) {
 	t.Parallel()
-	srv := server(t)
-	pool := newPool(t, srv.DSN())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	pool, ctx := sharedPool(t, 30*time.Second)
 	table := newTable(t, pool, "forged")
 	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 1, LastNode: 1, TTL: testTTL, MaxClockSkew: testSkew}
 	claims := func() int {

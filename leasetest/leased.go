@@ -1,0 +1,41 @@
+package leasetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+)
+
+// StartTimeout bounds the start of a generator in NewLeased: its first
+// claim may wait out unknown history, a promise and a clock skew bound of
+// a store's tests (a few seconds), and more under load.
+const StartTimeout = 30 * time.Second
+
+// NewLeased starts a generator for a module's test with start (the
+// module's own constructor with the test's configuration, say), within
+// StartTimeout; an error fails t. The generator is closed, releasing its
+// lease, when t ends (CloseAtEnd).
+func NewLeased(t testing.TB, start func(ctx context.Context) (*randflake.Leased, error)) *randflake.Leased {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	g, err := start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	CloseAtEnd(t, g)
+	return g
+}
+
+// CloseAtEnd closes g, releasing its lease, when t ends, waiting up to 3
+// seconds for the release. A test may close g earlier itself: Close acts
+// once.
+func CloseAtEnd(t testing.TB, g *randflake.Leased) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		g.Close(ctx)
+	})
+}
