@@ -90,6 +90,7 @@ type restoreRun struct {
 	la       randflake.Lease
 	b        *randflake.Leased
 	colB     *leasetest.Collector
+	snap     string // the snapshot file
 	killedAt time.Time
 	restored time.Time
 
@@ -103,6 +104,8 @@ type timedError struct {
 	err error
 }
 
+// newRestoreRun starts etcd and B, claiming under prefix, then takes the
+// snapshot and runs and kills A (snapshotThenKill).
 func newRestoreRun(t *testing.T, prefix string) *restoreRun {
 	r := &restoreRun{t: t}
 	srv, c := startEtcd(t)
@@ -121,16 +124,18 @@ func newRestoreRun(t *testing.T, prefix string) *restoreRun {
 	}
 	r.colB = leasetest.Collect("B", r.b)
 	time.Sleep(500 * time.Millisecond)
+	r.snapshotThenKill()
 	return r
 }
 
 // snapshotThenKill takes the snapshot, starts A, lets it issue and kills
 // it half-way through a second.
-func (r *restoreRun) snapshotThenKill(snap string) {
+func (r *restoreRun) snapshotThenKill() {
 	t := r.t
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := r.srv.Snapshot(ctx, snap); err != nil {
+	r.snap = filepath.Join(t.TempDir(), "snap.db")
+	if err := r.srv.Snapshot(ctx, r.snap); err != nil {
 		t.Fatal(err)
 	}
 	r.a = startHolder(t, r.srv.Endpoint(), r.cfg.Prefix, r.cfg.LastNode, "A")
@@ -143,11 +148,11 @@ func (r *restoreRun) snapshotThenKill(snap string) {
 	r.killedAt = r.a.KillMidSecond()
 }
 
-// restore restores etcd from snap.
-func (r *restoreRun) restore(snap string, opts etcdtest.RestoreOptions) {
+// restore restores etcd from the snapshot.
+func (r *restoreRun) restore(opts etcdtest.RestoreOptions) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.srv.Restore(ctx, snap, opts); err != nil {
+	if err := r.srv.Restore(ctx, r.snap, opts); err != nil {
 		r.t.Fatal(err)
 	}
 	r.restored = time.Now()
@@ -212,9 +217,7 @@ func (r *restoreRun) finish(g *randflake.Leased, wait time.Duration) {
 func TestRestoreNewClusterID(t *testing.T) {
 	t.Parallel()
 	r := newRestoreRun(t, "/restore-id/")
-	snap := filepath.Join(t.TempDir(), "snap.db")
-	r.snapshotThenKill(snap)
-	r.restore(snap, etcdtest.RestoreOptions{ClusterToken: "restored-elsewhere"})
+	r.restore(etcdtest.RestoreOptions{ClusterToken: "restored-elsewhere"})
 	claimed := time.Now().Unix()
 	g, wait := startSuccessor(t, withHolder(r.cfg, "successor"))
 	if l := g.Lease(); l.Start <= claimed+horizonSeconds {
@@ -232,9 +235,7 @@ func TestRestoreNewClusterID(t *testing.T) {
 func TestRestoreSeenByRunningHolder(t *testing.T) {
 	t.Parallel()
 	r := newRestoreRun(t, "/restore-rev/")
-	snap := filepath.Join(t.TempDir(), "snap.db")
-	r.snapshotThenKill(snap)
-	r.restore(snap, etcdtest.RestoreOptions{})
+	r.restore(etcdtest.RestoreOptions{})
 	seen := r.bSawRollback(3 * testTTL)
 	claimed := time.Now().Unix()
 	g, wait := startSuccessor(t, withHolder(r.cfg, "successor"))
@@ -254,8 +255,6 @@ func TestRestoreSeenByRunningHolder(t *testing.T) {
 func TestRestoreUnseenThenResetHistory(t *testing.T) {
 	t.Parallel()
 	r := newRestoreRun(t, "/restore-unseen/")
-	snap := filepath.Join(t.TempDir(), "snap.db")
-	r.snapshotThenKill(snap)
 	// B stops cleanly before the restore: no holder runs.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -263,7 +262,7 @@ func TestRestoreUnseenThenResetHistory(t *testing.T) {
 	if err := r.b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r.restore(snap, etcdtest.RestoreOptions{})
+	r.restore(etcdtest.RestoreOptions{})
 
 	// The restored marker names the cluster etcd now has: the restore
 	// shows nowhere.

@@ -129,12 +129,13 @@ type faultRun struct {
 	holder *leasetest.Holder
 	saved  *tableCopy // the tables as they were when the holder was known to be running
 	until  int64      // the promise of its block then
+	killed time.Time  // when the holder was killed
 }
 
 // startFaultRun starts a holder process on a table of its own (one block
-// of 16 node IDs) and waits until it issues IDs and has recorded a
-// promise.
-func startFaultRun(t *testing.T, name string) *faultRun {
+// of 16 node IDs), waits until it issues IDs and has recorded a promise,
+// copies the tables, and kills the holder (see kill).
+func startFaultRun(t *testing.T, name string, later bool) *faultRun {
 	srv := server(t)
 	r := &faultRun{t: t, pool: newPool(t, srv.DSN())}
 	r.table = newTable(t, r.pool, name)
@@ -144,13 +145,14 @@ func startFaultRun(t *testing.T, name string) *faultRun {
 	r.holder.WaitIDs(32*50, 10*time.Second)
 	rec := waitPromise(t, r.pool, r.table, 0, 0)
 	r.saved, r.until = copyTables(t, r.pool, r.table), untilOf(t, rec)
+	r.kill(later)
 	return r
 }
 
 // kill waits until the holder has promised, and so may have used, seconds
 // past the copy taken at the start (at least one past its promise, if
 // later is set), then kills it half-way through a second.
-func (r *faultRun) kill(later bool) time.Time {
+func (r *faultRun) kill(later bool) {
 	if later {
 		// A promise of TTL + 1 s past the saved one was written at least
 		// a second after the saved promise: the holder has issued IDs on
@@ -159,15 +161,15 @@ func (r *faultRun) kill(later bool) time.Time {
 	} else {
 		time.Sleep(time.Second)
 	}
-	return r.holder.KillMidSecond()
+	r.killed = r.holder.KillMidSecond()
 }
 
 // successor claims the node IDs at once and issues IDs; it returns the
 // check of both holders' IDs.
-func (r *faultRun) successor(killedAt time.Time, fault string) {
+func (r *faultRun) successor(fault string) {
 	t := r.t
 	g := newLeased(t, r.cfg)
-	waited := time.Since(killedAt)
+	waited := time.Since(r.killed)
 	c := leasetest.Collect("the successor", g)
 	c.WaitCount(t, 4000, 10*time.Second)
 	check := checker(t)
@@ -182,7 +184,7 @@ func (r *faultRun) successor(killedAt time.Time, fault string) {
 			fault, l, succ.First, killed.Last)
 	}
 	t.Logf("%s: killed at %s; the successor was issuing %v later, from second %d (the killed holder's last second: %d; the last promise seen before the fault: %d); %s",
-		fault, killedAt.Format("15:04:05.000"), waited.Round(time.Millisecond), succ.First, killed.Last, r.until, check)
+		fault, r.killed.Format("15:04:05.000"), waited.Round(time.Millisecond), succ.First, killed.Last, r.until, check)
 }
 
 // A holder SIGKILLed half-way through a second under load, its table
@@ -191,12 +193,11 @@ func (r *faultRun) successor(killedAt time.Time, fault string) {
 // and the successor waits it out.
 func TestKilledHolderTableWiped(t *testing.T) {
 	t.Parallel()
-	r := startFaultRun(t, "wiped")
-	killedAt := r.kill(false)
+	r := startFaultRun(t, "wiped", false)
 	if _, err := r.pool.Exec(context.Background(), `DELETE FROM `+r.table); err != nil {
 		t.Fatal(err)
 	}
-	r.successor(killedAt, "DELETE FROM the blocks table")
+	r.successor("DELETE FROM the blocks table")
 }
 
 // A holder SIGKILLed half-way through a second under load, its row rolled
@@ -205,8 +206,7 @@ func TestKilledHolderTableWiped(t *testing.T) {
 // digest no longer matches, and the successor waits the history out.
 func TestKilledHolderRowRolledBack(t *testing.T) {
 	t.Parallel()
-	r := startFaultRun(t, "rolled_back")
-	killedAt := r.kill(true)
+	r := startFaultRun(t, "rolled_back", true)
 	if len(r.saved.rows) != 1 {
 		t.Fatalf("the saved copy has %d rows, want the holder's", len(r.saved.rows))
 	}
@@ -215,7 +215,7 @@ func TestKilledHolderRowRolledBack(t *testing.T) {
 		row[0], row[2], row[3], row[4], row[5], row[6]); err != nil {
 		t.Fatal(err)
 	}
-	r.successor(killedAt, "the row rolled back")
+	r.successor("the row rolled back")
 }
 
 // A copy of both tables restored while no holder runs, under the same
@@ -225,8 +225,7 @@ func TestKilledHolderRowRolledBack(t *testing.T) {
 // it, makes the next claim wait out the longest promise.
 func TestColdCopyNeedsResetHistory(t *testing.T) {
 	t.Parallel()
-	r := startFaultRun(t, "cold_copy")
-	killedAt := r.kill(true)
+	r := startFaultRun(t, "cold_copy", true)
 	r.saved.restore(t, r.pool)
 	ctx := context.Background()
 	killed := checker(t).Add("the killed holder", r.holder.IDs(), r.holder.Leases()...)
@@ -251,7 +250,7 @@ func TestColdCopyNeedsResetHistory(t *testing.T) {
 	if err := probe.ResetHistory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r.successor(killedAt, "a copy restored, then ResetHistory")
+	r.successor("a copy restored, then ResetHistory")
 }
 
 // hostPort splits a server's address.
