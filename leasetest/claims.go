@@ -3,7 +3,6 @@ package leasetest
 import (
 	"errors"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/randflake/randflake"
@@ -15,23 +14,7 @@ import (
 // node IDs and issue unique IDs; one more finds every block held.
 func disjointClaims(e *env) {
 	t := e.t
-	ps := make([]*proc, e.runs)
-	errs := make([]error, e.runs)
-	var wg sync.WaitGroup
-	for i := range ps {
-		ps[i] = e.newProc("holder", opts{})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = ps[i].lease()
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("%s of %d holders claiming at once: %v", ps[i].name, e.runs, err)
-		}
-	}
+	ps := e.claimAtOnce(e.runs, "holder", opts{})
 	leases := make([]randflake.Lease, len(ps))
 	for i, p := range ps {
 		leases[i] = p.first()
@@ -116,10 +99,7 @@ func takeoverAfterCrash(e *env) {
 	t := e.t
 	e.need("Kill", e.s.Kill != nil)
 	e.fillers()
-	k := e.start("doomed", opts{})
-	k.runFor(time.Second)
-	midSecond()
-	spk, lk := k.kill()
+	spk, lk := e.killedHolder()
 	killed := time.Now()
 	s := e.start("successor", opts{waitFor: true})
 	ls := s.first()

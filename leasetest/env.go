@@ -314,11 +314,18 @@ func (s *timedStore) claimed() (begun, done time.Time) {
 // next claim has only that one left; it returns them.
 func (e *env) fillers() []*proc {
 	e.t.Helper()
-	ps := make([]*proc, e.runs-1)
+	return e.claimAtOnce(e.runs-1, "filler", opts{idle: true})
+}
+
+// claimAtOnce starts n processes claiming at the same time, and fails the
+// test if one gets no lease; it returns them.
+func (e *env) claimAtOnce(n int64, prefix string, o opts) []*proc {
+	e.t.Helper()
+	ps := make([]*proc, n)
 	var wg sync.WaitGroup
 	errs := make([]error, len(ps))
 	for i := range ps {
-		ps[i] = e.newProc("filler", opts{idle: true})
+		ps[i] = e.newProc(prefix, o)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -328,10 +335,34 @@ func (e *env) fillers() []*proc {
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			e.t.Fatalf("%s: no lease: %v", ps[i].name, err)
+			e.t.Fatalf("%s, one of %d processes claiming at once, got no lease: %v", ps[i].name, n, err)
 		}
 	}
 	return ps
+}
+
+// killedHolder starts a holder, lets it issue for a second under load and
+// kills it half-way through a second; it returns the seconds the holder
+// used and its lease.
+func (e *env) killedHolder() (Span, randflake.Lease) {
+	k := e.start("doomed", opts{})
+	k.runFor(time.Second)
+	midSecond()
+	return k.kill()
+}
+
+// outliveCopy starts a holder, lets it issue 100 IDs, takes a copy of the
+// store with save (the hook Store.Save or Store.Rollback, named hook)
+// while the holder runs, and lets the holder issue for its promise and
+// 1.5 s more, so that it has used seconds the copy does not cover. It
+// returns the holder, running, and what puts the copy back.
+func (e *env) outliveCopy(prefix, hook string, save func(*testing.T) func(*testing.T)) (*proc, func(*testing.T)) {
+	e.need(hook, save != nil)
+	p := e.start(prefix, opts{})
+	p.col.WaitCount(e.t, 100, e.budget)
+	putBack := save(e.t)
+	p.runFor(e.info.Promise + 1500*time.Millisecond)
+	return p, putBack
 }
 
 // midSecond sleeps until about 500 ms past a second boundary.

@@ -69,14 +69,9 @@ func (p *proc) waitLost(t *testing.T, since time.Time, budget time.Duration) tim
 // second lowered, its tag kept: the successor waits out unknown history.
 func editedRecord(e *env) {
 	t := e.t
-	e.need("Kill", e.s.Kill != nil)
-	e.need("ReadRecord", e.s.ReadRecord != nil)
-	e.need("WriteRecord", e.s.WriteRecord != nil)
+	e.needKillAndRecords()
 	e.fillers()
-	k := e.start("doomed", opts{})
-	k.runFor(time.Second)
-	midSecond()
-	spk, lk := k.kill()
+	spk, lk := e.killedHolder()
 	raw := e.s.ReadRecord(t, lk.FirstNode)
 	edited, err := editDigit(raw)
 	if err != nil {
@@ -87,6 +82,15 @@ func editedRecord(e *env) {
 	s := e.takeOver(lk, spk, from)
 	t.Logf("record %q edited to %q; the successor waited %v, its lease starts at %d after the killed holder's last second %d; %s",
 		raw, edited, s.took.Round(time.Millisecond), s.first().Start, spk.Last, e.check)
+}
+
+// needKillAndRecords skips the subtest unless the store has the hooks
+// Kill, ReadRecord and WriteRecord.
+func (e *env) needKillAndRecords() {
+	e.t.Helper()
+	e.need("Kill", e.s.Kill != nil)
+	e.need("ReadRecord", e.s.ReadRecord != nil)
+	e.need("WriteRecord", e.s.WriteRecord != nil)
 }
 
 // takeOver starts a successor on a killed holder's run (every other one
@@ -114,9 +118,7 @@ func (e *env) takeOver(lk randflake.Lease, spk Span, from int64) *proc {
 // successor waits out unknown history.
 func rolledBackRecord(e *env) {
 	t := e.t
-	e.need("Kill", e.s.Kill != nil)
-	e.need("ReadRecord", e.s.ReadRecord != nil)
-	e.need("WriteRecord", e.s.WriteRecord != nil)
+	e.needKillAndRecords()
 	e.fillers()
 	k := e.start("doomed", opts{})
 	k.col.WaitCount(t, 100, e.budget)
@@ -145,11 +147,7 @@ func rolledBackRecord(e *env) {
 // wait out unknown history.
 func saveRestore(e *env) {
 	t := e.t
-	e.need("Save", e.s.Save != nil)
-	a := e.start("before", opts{})
-	a.col.WaitCount(t, 100, e.budget)
-	restore := e.s.Save(t)
-	a.runFor(e.info.Promise + 1500*time.Millisecond)
+	a, restore := e.outliveCopy("before", "Save", e.s.Save)
 	spa := a.stop()
 	restore(t)
 	b := e.newProc("after-restore", opts{})
@@ -185,11 +183,7 @@ func saveRestore(e *env) {
 // ErrHistoryRolledBack, and a newcomer waits out unknown history.
 func rollbackSeen(e *env) {
 	t := e.t
-	e.need("Rollback", e.s.Rollback != nil)
-	a := e.start("holder", opts{})
-	a.col.WaitCount(t, 100, e.budget)
-	goBack := e.s.Rollback(t)
-	a.runFor(e.info.Promise + 1500*time.Millisecond)
+	a, goBack := e.outliveCopy("holder", "Rollback", e.s.Rollback)
 	back := time.Now()
 	goBack(t)
 	var seen error

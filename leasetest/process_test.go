@@ -11,12 +11,14 @@ import (
 	"github.com/randflake/randflake"
 )
 
-var processLayout = randflake.BlockLayout{FirstNode: 0, LastNode: 63, Size: 16}
-
 func TestMain(m *testing.M) {
 	HolderMain(openForHolder)
 	os.Exit(m.Run())
 }
+
+// processLayout is the layout of the holder processes' stores (and of the
+// proxy test's echo server): 4 blocks of 16 node IDs.
+var processLayout = randflake.BlockLayout{FirstNode: 0, LastNode: 63, Size: 16}
 
 // openForHolder opens a store of the holder's own (a process cannot share
 // a MemBackend; the modules' tests share etcd, PostgreSQL or a directory):

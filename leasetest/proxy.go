@@ -127,18 +127,19 @@ func (p *Proxy) Heal() {
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
+	first := !p.closed
+	if first {
+		p.closed = true
+		p.ln.Close()
+		for c := range p.conns {
+			c.close()
+		}
+		clear(p.conns)
 	}
-	p.closed = true
-	p.ln.Close()
-	for c := range p.conns {
-		c.close()
-	}
-	clear(p.conns)
 	p.mu.Unlock()
-	p.wg.Wait()
+	if first {
+		p.wg.Wait()
+	}
 }
 
 func (p *Proxy) accept() {

@@ -45,18 +45,26 @@ func dialEcho(t *testing.T, addr string) (net.Conn, *bufio.Reader, error) {
 	return c, bufio.NewReader(c), nil
 }
 
+// echoes dials addr afresh and fails t unless a line goes there and back
+// within 2 s; when says when (in failures); it returns the connection.
+func echoes(t *testing.T, addr, when string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, r, err := dialEcho(t, addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", when, err)
+	}
+	if err := roundTrip(c, r, 2*time.Second); err != nil {
+		t.Fatalf("a round trip %s: %v", when, err)
+	}
+	return c, r
+}
+
 // The proxy forwards; Cut drops the connection and refuses new ones at
 // once; Heal forwards again on the same address; Blackhole lets nothing
 // through without closing; Heal after it closes the stalled connection.
 func TestProxy(t *testing.T) {
 	p := NewProxy(t, echoServer(t))
-	c, r, err := dialEcho(t, p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := roundTrip(c, r, 2*time.Second); err != nil {
-		t.Fatalf("through the healthy proxy: %v", err)
-	}
+	c, r := echoes(t, p.Addr(), "through the healthy proxy")
 
 	p.Cut()
 	if err := roundTrip(c, r, 2*time.Second); err == nil {
@@ -73,13 +81,7 @@ func TestProxy(t *testing.T) {
 	}
 
 	p.Heal()
-	c, r, err = dialEcho(t, p.Addr())
-	if err != nil {
-		t.Fatalf("dial after Heal: %v", err)
-	}
-	if err := roundTrip(c, r, 2*time.Second); err != nil {
-		t.Fatalf("after Heal: %v", err)
-	}
+	c, r = echoes(t, p.Addr(), "after Heal")
 
 	p.Blackhole()
 	if err := roundTrip(c, r, 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -97,13 +99,7 @@ func TestProxy(t *testing.T) {
 	if err := roundTrip(c3, r3, 2*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a connection that lived through the blackhole: %v, want it closed by Heal", err)
 	}
-	c, r, err = dialEcho(t, p.Addr())
-	if err != nil {
-		t.Fatalf("dial after the blackhole healed: %v", err)
-	}
-	if err := roundTrip(c, r, 2*time.Second); err != nil {
-		t.Fatalf("after the blackhole healed: %v", err)
-	}
+	echoes(t, p.Addr(), "after the blackhole healed")
 
 	p.Close()
 	if c, _, err := dialEcho(t, p.Addr()); err == nil {
