@@ -18,16 +18,43 @@ func query(t *testing.T, dsn string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var n int
+	c, err := pgx.Connect(ctx, dsn)
+	if err == nil {
+		defer c.Close(ctx)
+		err = c.QueryRow(ctx, "SELECT 41 + 1").Scan(&n)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// connect connects to dsn within ctx; the connection is closed when t
+// ends.
+func connect(ctx context.Context, t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
 	c, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close(ctx)
-	var n int
-	if err := c.QueryRow(ctx, "SELECT 41 + 1").Scan(&n); err != nil {
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// primaryWithTable starts a server of the test's own holding a table
+// "kept" with one row, and returns a context bounding the test to 60
+// seconds, the server and a connection to it.
+func primaryWithTable(t *testing.T) (context.Context, *pgtest.Server, *pgx.Conn) {
+	t.Helper()
+	p := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	pc := connect(ctx, t, p.DSN())
+	if _, err := pc.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return ctx, p, pc
 }
 
 // A server accepts connections once started, refuses them when stopped,
@@ -116,17 +143,7 @@ func TestServer(t *testing.T) {
 // stopped, it accepts writes on a new timeline, with the data it had.
 func TestReplicaPromote(t *testing.T) {
 	t.Parallel()
-	p := pgtest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	pc, err := pgx.Connect(ctx, p.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close(context.Background())
-	if _, err := pc.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
+	ctx, p, pc := primaryWithTable(t)
 	timeline := func(c *pgx.Conn) string {
 		t.Helper()
 		var tl string
@@ -145,11 +162,7 @@ func TestReplicaPromote(t *testing.T) {
 	if _, err := pc.Exec(ctx, "INSERT INTO kept VALUES (2)"); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := pgx.Connect(ctx, r.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close(context.Background())
+	rc := connect(ctx, t, r.DSN())
 	var n int
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if err := rc.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n); err != nil {
@@ -184,17 +197,7 @@ func TestReplicaPromote(t *testing.T) {
 // holds the data it had when it stopped.
 func TestUnfollow(t *testing.T) {
 	t.Parallel()
-	p := pgtest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	pc, err := pgx.Connect(ctx, p.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close(context.Background())
-	if _, err := pc.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
+	ctx, p, pc := primaryWithTable(t)
 	r := pgtest.NewReplica(t, p)
 	if err := r.Unfollow(); err == nil {
 		t.Fatal("Unfollow of a running replica succeeded")
@@ -214,11 +217,7 @@ func TestUnfollow(t *testing.T) {
 	if err := r.Promote(); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := pgx.Connect(ctx, r.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close(context.Background())
+	rc := connect(ctx, t, r.DSN())
 	var n int
 	if err := rc.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("the promoted copy has %d rows (%v), want the 1 it had when it stopped", n, err)
