@@ -206,9 +206,11 @@ func (d *Dir) locked(ctx context.Context, fn func(lock *os.File) error) error {
 			if ok {
 				break
 			}
-			if err := sleepCtx(ctx, wait); err != nil {
+			select {
+			case <-ctx.Done():
 				f.Close()
-				return fmt.Errorf("statedir: waiting for %s: %w", path, err)
+				return fmt.Errorf("statedir: waiting for %s: %w", path, ctx.Err())
+			case <-time.After(wait):
 			}
 		}
 		if sameFile(f, path) {
@@ -230,18 +232,6 @@ func sameFile(f *os.File, path string) bool {
 	}
 	cur, err := os.Lstat(path)
 	return err == nil && os.SameFile(held, cur)
-}
-
-// sleepCtx sleeps for d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // lockBlock locks the file of the block whose first node ID is first,
