@@ -35,6 +35,8 @@ func ExampleNewLeased() {
 		log.Fatal(err)
 	}
 	defer g.Close(ctx)
+	l := g.Lease()
+	log.Printf("node IDs %d to %d, from second %d", l.FirstNode, l.LastNode, l.Start)
 	id, err := g.Generate()
 	if err != nil {
 		log.Fatal(err)

@@ -35,7 +35,13 @@ func ExampleNewLeased() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer g.Close(ctx)
+	defer func() {
+		// The release, bounded in case the database is down, lets the
+		// next process take the node IDs over at once.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		g.Close(ctx)
+	}()
 	id, err := g.Generate()
 	if err != nil {
 		log.Fatal(err)
