@@ -158,6 +158,8 @@ type leaseFlags struct {
 	prefix string
 	claim  int64
 	ttl    time.Duration
+	// etcdSec are the flags of a secured etcd (etcdtls.go).
+	etcdSec etcdSecurity
 
 	// source, nodesPerPod and pg are --node-source, --nodes-per-pod and
 	// the --postgres-* flags, only registered by registerSource (serve).
@@ -187,6 +189,7 @@ func (l *leaseFlags) register(fs *flag.FlagSet, defaultClaim int64) {
 	fs.StringVar(&l.prefix, "etcd-prefix", "", "etcd key prefix of the claims (default "+etcdlease.DefaultPrefix+")")
 	fs.Int64Var(&l.claim, "claim", 0, fmt.Sprintf("node IDs to claim from the state directory or etcd (default: %d from the state directory, %d from etcd)", defaultClaim, etcdlease.DefaultNodes))
 	fs.DurationVar(&l.ttl, "etcd-ttl", 0, "etcd lease TTL: a crashed process's node IDs are free again after it (default 10s)")
+	l.etcdSec.register(fs)
 }
 
 // check returns a usage error for flags that do not go together or are
@@ -200,6 +203,12 @@ func (l *leaseFlags) check() error {
 	}
 	if l.claim < 0 || l.ttl < 0 || l.pg.ttl < 0 {
 		return usagef("--claim, --etcd-ttl and --postgres-ttl must not be negative")
+	}
+	if err := l.etcdSec.check(l.etcd); err != nil {
+		return err
+	}
+	if err := l.pg.check(); err != nil {
+		return err
 	}
 	if l.nodes != "" {
 		var err error
@@ -297,28 +306,38 @@ func (l *leaseFlags) openSource(ctx context.Context, e *env, log *slog.Logger, s
 		if secret == nil {
 			return nil, errors.New("--etcd needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
 		}
-		return l.openEtcd(log, secret)
+		return l.openEtcd(ctx, log, secret)
 	case sourcePostgres:
 		if secret == nil {
 			return nil, errors.New("--node-source postgres needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
 		}
-		return l.openPostgres(ctx, log, secret)
+		return l.openPostgres(ctx, e, log, secret)
 	case sourceStateDir:
 		return l.openStateDir(e, log, secret, created)
 	}
 	return nil, fmt.Errorf("no node-ID source %q", l.kind)
 }
 
-// openEtcd opens the etcd source: a client of --etcd (which connects in
-// the background, so a claim waits for an unreachable etcd).
-func (l *leaseFlags) openEtcd(log *slog.Logger, secret []byte) (*openedSource, error) {
-	cli, err := clientv3.New(clientv3.Config{
+// openEtcd opens the etcd source: a client of --etcd, with the TLS and
+// authentication of the --etcd-* flags (etcdtls.go). Without them the
+// client connects in the background, so a claim waits for an unreachable
+// etcd; with them it waits here, within ctx, and a refused certificate or
+// password ends it.
+func (l *leaseFlags) openEtcd(ctx context.Context, log *slog.Logger, secret []byte) (*openedSource, error) {
+	cfg := clientv3.Config{
 		Endpoints:   strings.Split(l.etcd, ","),
 		DialTimeout: 5 * time.Second,
 		Logger:      zapToSlog(log.With("component", "etcd client")),
-	})
+	}
+	if err := l.etcdSec.configure(&cfg); err != nil {
+		return nil, err
+	}
+	cli, err := l.connectEtcd(ctx, log, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcd: %w", err)
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
 	}
 	src, err := etcdlease.New(etcdlease.Config{
 		Client: cli, Secret: secret, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl, Logger: log,
@@ -328,8 +347,8 @@ func (l *leaseFlags) openEtcd(log *slog.Logger, secret []byte) (*openedSource, e
 		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
 	}
 	return &openedSource{src: src, secret: secret, describe: "etcd", cleanup: func() { cli.Close() },
-		waiting: "still waiting for node IDs from etcd", waitingArgs: []any{"endpoints", l.etcd},
-		wrap: func(err error) error { return fmt.Errorf("etcd at %s: %w", l.etcd, err) }}, nil
+		waiting: etcdWaiting, waitingArgs: []any{"endpoints", l.etcd},
+		wrap: func(err error) error { return fmt.Errorf("etcd at %s: %w%s", l.etcd, err, l.etcdHint(err)) }}, nil
 }
 
 // openStateDir opens the state directory's source, claiming --claim (or
