@@ -4,83 +4,44 @@ package chaos
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/randflake/randflake/leasetest"
 )
 
-// proc is one OS process started by a test, its output in a log file.
+// proc is one OS process started by a test (an etcd member, a serve
+// process), its output in a log file. leasetest.StartServer starts it and
+// follows it; it is signalled by its process ID.
 type proc struct {
 	name    string
-	cmd     *exec.Cmd
+	sp      *leasetest.ServerProcess
 	logPath string
 	started time.Time
-	done    chan struct{} // closed when the process has been reaped
-	err     error         // cmd.Wait's result, once done is closed
-}
-
-// spawns carries start requests to the one goroutine that starts every
-// child. It is locked to its OS thread for the life of the test binary:
-// the kernel sends a child its parent-death signal when the thread that
-// forked it ends, not the process, and Go may end a thread under a
-// goroutine that exits while locked to it.
-var spawns = make(chan spawnRequest)
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func init() {
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-		for r := range spawns {
-			r.done <- r.cmd.Start()
-		}
-	}()
-}
-
-// spawn starts cmd from the spawning thread.
-func spawn(cmd *exec.Cmd) error {
-	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
-	spawns <- r
-	return <-r.done
+	done    <-chan struct{} // closed when the process has been reaped
 }
 
 // startProc starts bin with args and env, appending its output to logPath.
-// A goroutine reaps it.
 func startProc(name, logPath string, env []string, bin string, args ...string) (*proc, error) {
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	cmd.SysProcAttr = sysProcAttr()
+	sp, err := leasetest.StartServer(name, cmd, logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = sysProcAttr()
-	if err := spawn(cmd); err != nil {
-		lf.Close()
-		return nil, err
-	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, started: time.Now(), done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		lf.Close()
-		close(p.done)
-	}()
-	return p, nil
+	return &proc{name: name, sp: sp, logPath: logPath, started: time.Now(), done: sp.Exited()}, nil
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+func (p *proc) pid() int { return p.sp.PID() }
 
 // exited reports whether the process has been reaped.
 func (p *proc) exited() bool {
@@ -97,42 +58,31 @@ func (p *proc) signal(sig syscall.Signal) error {
 	if p.exited() {
 		return os.ErrProcessDone
 	}
-	return p.cmd.Process.Signal(sig)
+	return syscall.Kill(p.pid(), sig)
 }
 
 // kill sends SIGKILL and waits until the process is reaped.
 func (p *proc) kill() {
-	p.signal(syscall.SIGKILL)
-	<-p.done
+	p.sp.Stop(syscall.SIGKILL, time.Minute)
 }
 
 // term sends SIGCONT and SIGTERM, waits up to timeout for the process to
 // exit, then kills it. It reports whether the process exited by itself.
 func (p *proc) term(timeout time.Duration) bool {
 	p.signal(syscall.SIGCONT)
-	p.signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
+	if p.exited() {
 		return true
-	case <-time.After(timeout):
-		p.kill()
-		return false
 	}
+	return p.sp.Stop(syscall.SIGTERM, timeout) == nil
 }
 
 // exit describes how the process ended: "exit 0", "exit 1", "SIGKILL".
 func (p *proc) exit() string {
-	if !p.exited() {
+	st := p.sp.State()
+	if st == nil {
 		return "running"
 	}
-	if p.err == nil {
-		return "exit 0"
-	}
-	var ee *exec.ExitError
-	if !errors.As(p.err, &ee) {
-		return p.err.Error()
-	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		switch ws.Signal() {
 		case syscall.SIGKILL:
 			return "SIGKILL"
@@ -141,7 +91,7 @@ func (p *proc) exit() string {
 		}
 		return "signal " + ws.Signal().String()
 	}
-	return "exit " + strconv.Itoa(ee.ExitCode())
+	return "exit " + strconv.Itoa(st.ExitCode())
 }
 
 // logText returns the process's log.
