@@ -155,6 +155,7 @@ type assessment struct {
 	records map[int64]blockRecord
 	bad     map[int64]bool   // blocks whose record fails its check
 	raw     map[int64][]byte // the records as read
+	read    StoreIdentity    // the store's identity and position as read
 }
 
 // assess checks a full view (rules 5 to 8): the marker, the identity and
@@ -233,8 +234,22 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 	a.marker.id = v.NextID
 	a.marker.horizon = max(a.marker.horizon, ceilSeconds(s.info.Promise))
 	a.marker.digest = digest
-	s.seen(v.Identity)
+	a.read = v.Identity
 	return a, nil
+}
+
+// assessed takes in the identity and position of a step whose assessment
+// a was applied. Once a step that made the history unknown is in the
+// store, its position is the one to compare with from then on, even if it
+// is lower than one seen before (a restore): the loss is recorded, and
+// keeping the old highest would make every later step find the same loss
+// again until the store's position has climbed back past it.
+func (s *BlockSource) assessed(a *assessment) {
+	if a.reason != "" {
+		s.identity, s.position = a.read.ID, a.read.Position
+		return
+	}
+	s.seen(a.read)
 }
 
 // seen remembers the store's highest position.
@@ -368,8 +383,9 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 	var reason string
 	var unknown, promised int64
 	var records map[int64][]byte
+	var assessed *assessment
 	handle, err := s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
-		c, refused, reason, promised, records = nil, 0, "", 0, nil
+		c, refused, reason, promised, records, assessed = nil, 0, "", 0, nil, nil
 		// The clock again, once the store has been read: a step that
 		// waited for the store (a lock, a busy server) may read a
 		// record another process wrote in a second that began after t0,
@@ -380,6 +396,7 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 		if err != nil {
 			return nil, err
 		}
+		assessed = a
 		reason, unknown = a.reason, a.marker.unknown
 		var slots []claimRun
 		slots, refused = s.choose(v, a, now)
@@ -405,6 +422,7 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	s.assessed(assessed)
 	if reason != "" {
 		s.logWarn("randflake: the history of the node IDs is unknown: none is used before the longest promise has passed",
 			"store", s.info.Name, "reason", reason, "until", formatSecond(unknown), "wait", fmt.Sprintf("%ds", max(unknown-now+1, 0)))
@@ -698,6 +716,7 @@ func (s *BlockSource) ResetHistory(ctx context.Context) error {
 func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
 	var err error
 	var unknown int64
+	var read StoreIdentity
 	for attempt := 0; attempt < 8; attempt++ {
 		now := s.now().Unix()
 		_, err = s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
@@ -707,7 +726,7 @@ func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
 			}
 			wait := max(s.wait, a.marker.horizon+ceilSeconds(s.info.MaxClockSkew))
 			a.marker.unknown = max(a.marker.unknown, min(now+wait, MaxTimestamp))
-			unknown = a.marker.unknown
+			unknown, read = a.marker.unknown, a.read
 			return &StoreChanges{Marker: formatMarker(s.key, a.marker)}, nil
 		})
 		if !errors.Is(err, ErrStoreConflict) {
@@ -715,6 +734,9 @@ func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
 		}
 	}
 	if err == nil {
+		// The loss is recorded: compare with this step's position from
+		// now on (see assessed).
+		s.identity, s.position = read.ID, read.Position
 		s.logWarn("randflake: the history of every node-ID block is marked unknown: no block is claimed before the longest promise has passed",
 			"store", s.info.Name, "reason", why, "until", formatSecond(unknown))
 	}

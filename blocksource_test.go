@@ -556,3 +556,62 @@ func TestBlockSourceUncertainStep(t *testing.T) {
 		})
 	}
 }
+
+// After a holder found the store's position gone back and marked the
+// history unknown, the lower position is the one to compare with: the same
+// source claims again after one wait, renews, and claims once more with no
+// further wait, although the store's position stays below the highest it
+// saw before the restore.
+func TestBlockSourceRewoundOnce(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	ctx := ctxFor(t, 30*time.Second)
+	src, _ := newSource(t, b, lapsing, 1)
+	l, err := src.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Move the store's position far on, then lose most of it.
+	other, _ := newSource(t, b, lapsing, 1)
+	for range 20 {
+		lo, err := other.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Release(ctx, lo, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l, err = src.Renew(ctx, l); err != nil { // the holder sees the high position
+		t.Fatal(err)
+	}
+	b.RewindPosition(40)
+	if _, err := src.Renew(ctx, l); !errors.Is(err, randflake.ErrHistoryRolledBack) {
+		t.Fatalf("renewal after the position went back: %v, want ErrHistoryRolledBack", err)
+	}
+	start := time.Now()
+	l, err = src.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("claimed again after %v", time.Since(start).Round(10*time.Millisecond))
+	for range 3 {
+		time.Sleep(700 * time.Millisecond)
+		if l, err = src.Renew(ctx, l); err != nil {
+			t.Fatalf("renewal after the loss was recorded: %v", err)
+		}
+	}
+	if err := src.Release(ctx, l, 0); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if l, err = src.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond || l.Start > time.Now().Unix() {
+		t.Errorf("a claim after the recorded loss waited %v (lease %v): the loss was found again", d, l)
+	}
+	if err := src.Release(ctx, l, 0); err != nil {
+		t.Fatal(err)
+	}
+}
