@@ -27,7 +27,7 @@ echo "== PostgreSQL lease module: vet and tests under -race against PostgreSQL s
 echo "== command module (randflake gen/inspect/serve/...): vet and tests under -race"
 (cd cmd/randflake && go vet ./... && go test -race -count=1 ./...)
 
-echo "== fleet chaos: serve on a 3-member etcd cluster and 16 serve on one state directory, under SIGKILL, SIGSTOP, partitions and quorum loss (2 minutes)"
+echo "== fleet chaos: serve on a 3-member etcd cluster, on PostgreSQL, and 16 serve on one state directory, under SIGKILL, SIGSTOP, partitions, quorum loss, wiped claims, restored snapshots and rolled-back rows (about 3.5 minutes)"
 (cd cmd/randflake && go vet -tags chaos ./internal/chaos/ && log=$(mktemp) && trap 'rm -f "$log"' EXIT &&
 	if go test -tags chaos -count=1 -timeout 10m -v ./internal/chaos/ >"$log" 2>&1; then
 		grep -E '^(chaos( [a-z]+)?: |--- |ok )' "$log"
