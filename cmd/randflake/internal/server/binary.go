@@ -106,12 +106,7 @@ func qValue(params string) (q float64, ok bool) {
 // has no effect (there is only one binary form), so that a client may ask
 // for "binary, else decimal text" in one request.
 func (s *Server) binaryIDs(w *recorder, r *http.Request, c caller) {
-	q, msg := parseIDsQuery(r.URL.RawQuery, s.maxBinaryCount())
-	if msg != "" {
-		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
-		return
-	}
-	charged, ok := s.admit(w, r, c, q.count)
+	q, charged, ok := s.admitQuery(w, r, c, s.maxBinaryCount())
 	if !ok {
 		return
 	}

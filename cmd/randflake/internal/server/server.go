@@ -255,14 +255,8 @@ func (s *Server) route(w *recorder, r *http.Request) {
 		if s.method(w, r, "GET") {
 			s.ids(w, r)
 		}
-	case "/healthz":
-		if s.method(w, r, "GET, HEAD") {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-		}
-	case "/readyz":
-		if s.method(w, r, "GET, HEAD") {
-			s.ready(w, r)
-		}
+	case "/healthz", "/readyz":
+		s.probe(w, r)
 	case "/metrics":
 		if s.cfg.SeparateOps {
 			s.fail(w, http.StatusNotFound, KindNotFound, "not found")
@@ -288,14 +282,8 @@ func (s *Server) route(w *recorder, r *http.Request) {
 // routeOps routes the requests of OpsHandler.
 func (s *Server) routeOps(w *recorder, r *http.Request) {
 	switch r.URL.Path {
-	case "/healthz":
-		if s.method(w, r, "GET, HEAD") {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-		}
-	case "/readyz":
-		if s.method(w, r, "GET, HEAD") {
-			s.ready(w, r)
-		}
+	case "/healthz", "/readyz":
+		s.probe(w, r)
 	case "/metrics":
 		if s.method(w, r, "GET, HEAD") {
 			s.metrics.ServeHTTP(w, r)
@@ -303,6 +291,19 @@ func (s *Server) routeOps(w *recorder, r *http.Request) {
 	default:
 		s.fail(w, http.StatusNotFound, KindNotFound, "not found")
 	}
+}
+
+// probe answers GET or HEAD /healthz (alive) and /readyz (a lease is
+// held), on the main and the operations listener alike.
+func (s *Server) probe(w *recorder, r *http.Request) {
+	if !s.method(w, r, "GET, HEAD") {
+		return
+	}
+	if r.URL.Path == "/readyz" {
+		s.ready(w, r)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // method reports whether r's method is among allow (a comma-separated
@@ -413,6 +414,19 @@ func parseCount(s string) (int, bool) {
 	return n, true
 }
 
+// admitQuery parses the query of GET /v1/ids, with counts up to
+// maxCount, and admits the client c for its count (see admit); a bad query
+// is answered 400. ok false: an answer was sent.
+func (s *Server) admitQuery(w *recorder, r *http.Request, c caller, maxCount int) (q idsQuery, charged *bucket, ok bool) {
+	q, msg := parseIDsQuery(r.URL.RawQuery, maxCount)
+	if msg != "" {
+		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
+		return q, nil, false
+	}
+	charged, ok = s.admit(w, r, c, q.count)
+	return q, charged, ok
+}
+
 // ids serves GET /v1/ids?count=N[&format=string|int], in JSON, text or
 // (binary.go) the binary format.
 func (s *Server) ids(w *recorder, r *http.Request) {
@@ -424,12 +438,7 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 		s.binaryIDs(w, r, c) // binary.go
 		return
 	}
-	q, msg := parseIDsQuery(r.URL.RawQuery, s.cfg.MaxCount)
-	if msg != "" {
-		s.fail(w, http.StatusBadRequest, KindBadRequest, msg)
-		return
-	}
-	charged, ok := s.admit(w, r, c, q.count)
+	q, charged, ok := s.admitQuery(w, r, c, s.cfg.MaxCount)
 	if !ok {
 		return
 	}
