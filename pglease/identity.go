@@ -66,7 +66,7 @@ func (st *store) sysidReadable(ctx context.Context) (bool, error) {
 	}
 	var ok bool
 	if err := st.pool.QueryRow(ctx, `SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE')`).Scan(&ok); err != nil {
-		return false, st.dbError("reading the server's identity (may this role call pg_control_system?)", err)
+		return false, st.dbError("connecting and reading the server's identity", err)
 	}
 	st.sysid, st.sysidKnown = ok, true
 	return ok, nil
