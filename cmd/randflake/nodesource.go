@@ -288,7 +288,11 @@ func (l *leaseFlags) openSource(ctx context.Context, e *env, log *slog.Logger, s
 				return nil, err
 			}
 		}
-		return &openedSource{src: randflake.StaticSource{FirstNode: l.first, LastNode: l.last}, secret: secret, describe: "static",
+		src, err := staticSource(l.first, l.last, secret)
+		if err != nil {
+			return nil, err
+		}
+		return &openedSource{src: src, secret: secret, describe: "static",
 			waiting: "still waiting for the static node IDs", waitingArgs: []any{"nodes", l.nodes}}, nil
 	case sourceStatefulSet:
 		if secret == nil {
@@ -296,10 +300,14 @@ func (l *leaseFlags) openSource(ctx context.Context, e *env, log *slog.Logger, s
 		}
 		// randflake.StatefulSetSource reads $RANDFLAKE_ORDINAL from the
 		// process's environment, not through e.
-		src, err := randflake.StatefulSetSource(ordinalEnv, l.nodesPerPod)
+		pod, err := randflake.StatefulSetSource(ordinalEnv, l.nodesPerPod)
 		if err != nil {
 			return nil, fmt.Errorf("--node-source statefulset: %w (the ordinal comes from $%s, else from a host name ending in -ORDINAL; at %d node IDs per pod, ordinals 0 to %d fit)",
 				err, ordinalEnv, l.nodesPerPod, (randflake.MaxNode+1)/l.nodesPerPod-1)
+		}
+		src, err := staticSource(pod.FirstNode, pod.LastNode, secret)
+		if err != nil {
+			return nil, err
 		}
 		return &openedSource{src: src, secret: secret, describe: "statefulset", waiting: "still waiting for the StatefulSet's node IDs"}, nil
 	case sourceEtcd:
@@ -316,6 +324,17 @@ func (l *leaseFlags) openSource(ctx context.Context, e *env, log *slog.Logger, s
 		return l.openStateDir(e, log, secret, created)
 	}
 	return nil, fmt.Errorf("no node-ID source %q", l.kind)
+}
+
+// staticSource is the lease engine on the static store of first..last
+// (rule 10 of docs/leases.md: the deployment guarantees one holder at a
+// time).
+func staticSource(first, last int64, secret []byte) (randflake.LeaseSource, error) {
+	st, err := randflake.NewStaticStore(first, last, 0)
+	if err != nil {
+		return nil, err
+	}
+	return randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: secret, Layout: randflake.StaticLayout(first, last)})
 }
 
 // openEtcd opens the etcd source: a client of --etcd, with the TLS and
