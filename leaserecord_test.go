@@ -177,7 +177,7 @@ func TestMarkerImpossibleValues(t *testing.T) {
 		"rfm1 id=x " + strings.Replace(ok, "first=0", "first=-16", 1),
 		"rfm1 id=x " + strings.Replace(ok, "horizon=3", "horizon=-1", 1),
 		"rfm1 id=x " + strings.Replace(ok, "horizon=3", "horizon=9223372036854775807", 1),
-		"rfm1 id=x " + strings.Replace(ok, "unknown=1800000000", fmt.Sprintf("unknown=%d", MaxTimestamp+1), 1),
+		"rfm1 id=x " + strings.Replace(ok, "unknown=1800000000", fmt.Sprintf("unknown=%d", int64(MaxTimestamp+1)), 1),
 		"rfm1 id=x " + strings.Replace(ok, "unknown=1800000000", "unknown=0", 1),
 		"rfm1 id=x " + strings.Replace(ok, "digest=00", "digest=0", 1),
 		"rfm1 id=x " + strings.Replace(ok, "digest=00", "digest=zz", 1),

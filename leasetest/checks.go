@@ -165,7 +165,7 @@ func rangeChecks(e *env) {
 	digest := strings.Repeat("00", 16)
 	from := time.Now().Unix()
 	e.s.WriteMarker(t, e.sign.marker(fmt.Sprintf("id=forged first=%d last=%d size=%d horizon=%d unknown=%d digest=%s",
-		ly.FirstNode, ly.LastNode, ly.Size, e.wait, randflake.MaxTimestamp+1, digest)))
+		ly.FirstNode, ly.LastNode, ly.Size, e.wait, int64(randflake.MaxTimestamp+1), digest)))
 	y := e.newProc("after-marker", opts{})
 	lm, err := y.acquire()
 	if err != nil {
