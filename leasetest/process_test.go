@@ -70,7 +70,10 @@ func TestHolderKilledMidSecond(t *testing.T) {
 	if sp.IDs < 2000 {
 		t.Fatalf("%d IDs read back, want at least 2000", sp.IDs)
 	}
-	if gap := killed.Sub(sp.LastAt); gap < 0 || gap > 500*time.Millisecond {
+	// The kill's time is read just before SIGKILL is sent; the holder
+	// runs on until the signal arrives, so its last batch may be a little
+	// later (microseconds, on a loaded machine milliseconds).
+	if gap := killed.Sub(sp.LastAt); gap < -100*time.Millisecond || gap > 500*time.Millisecond {
 		t.Errorf("the last ID read back was handed out %v before the kill, want the load running up to it", gap)
 	}
 	if sp.Last != killed.Unix() {
