@@ -275,19 +275,8 @@ func TestServeSecretVolumeAsPodUser(t *testing.T) {
 	if fi, err := os.Stat(v.path("secret")); err != nil || fi.Mode().Perm() != 0o440 || fi.Sys().(*syscall.Stat_t).Uid != 0 || fi.Sys().(*syscall.Stat_t).Gid != pod {
 		t.Fatalf("the volume's secret: %v, %v; want root's, group %d, mode 0440", fi, err, pod)
 	}
-	cmd := asPod(podEnv(v, state), "serve", "--listen", "127.0.0.1:0")
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serveProcess{cmd: cmd, logs: logs, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		err := <-p.done
-		p.done <- err
-	})
+	p := startProcess(t, asPod(podEnv(v, state), "serve", "--listen", "127.0.0.1:0"))
+	logs := p.logs
 	for deadline := time.Now().Add(30 * time.Second); p.url == ""; time.Sleep(20 * time.Millisecond) {
 		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
 			p.url = "http://" + m[1] + m[2]
@@ -309,7 +298,7 @@ func TestServeSecretVolumeAsPodUser(t *testing.T) {
 	// Without fsGroup, as the docs' old pod specification had it: the
 	// secret is root's and mode 0400, which the pod's user cannot read.
 	bare := newKubeletVolume(t, filepath.Join(dir, "no-fsgroup"), 0o400, -1, podFiles("alice", aliceVolToken))
-	cmd = asPod(podEnv(bare, state), "gen", "-n", "1")
+	cmd := asPod(podEnv(bare, state), "gen", "-n", "1")
 	out, err := cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), "permission denied") || !strings.Contains(string(out), "set the pod's fsGroup and defaultMode: 0440") {
 		t.Errorf("without fsGroup: exit %d (%v), output %q; want a refusal saying to set fsGroup", code, err, out)

@@ -281,6 +281,13 @@ func spawn(t *testing.T, env []string, args ...string) *serveProcess {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
+	return startProcess(t, cmd)
+}
+
+// startProcess starts cmd, collecting its standard error, returns at once,
+// and kills it when t ends.
+func startProcess(t *testing.T, cmd *exec.Cmd) *serveProcess {
+	t.Helper()
 	logs := &syncBuffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {

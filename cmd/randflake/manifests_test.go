@@ -1969,19 +1969,7 @@ func spawnAs(t *testing.T, bin string, cred *syscall.Credential, env []string, a
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serveProcess{cmd: cmd, logs: logs, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		err := <-p.done
-		p.done <- err
-	})
-	return p
+	return startProcess(t, cmd)
 }
 
 // get returns the status and the first 4 KiB of the body of GET url
