@@ -153,7 +153,6 @@ type assessment struct {
 	write   bool        // the marker must be written (new, reset, or digest repaired)
 	reason  string      // why history is unknown, if it was found so now
 	records map[int64]blockRecord
-	bad     map[int64]bool   // blocks whose record fails its check
 	raw     map[int64][]byte // the records as read
 	read    StoreIdentity    // the store's identity and position as read
 }
@@ -163,7 +162,7 @@ type assessment struct {
 // inconsistency makes the whole store's history unknown up to now + the
 // wait, recorded in the marker written with the step.
 func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
-	a := &assessment{records: map[int64]blockRecord{}, bad: map[int64]bool{}}
+	a := &assessment{records: map[int64]blockRecord{}}
 	var digest [tagBytes]byte
 	present := 0
 	for _, b := range v.Blocks {
@@ -175,7 +174,6 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 		xorInto(&digest, digestOf(s.key, b.Record))
 		r, err := parseRecord(s.key, b.Record, b.First, b.Last)
 		if err != nil {
-			a.bad[b.First] = true
 			if a.reason == "" {
 				a.reason = fmt.Sprintf("the record of node IDs %d-%d %v", b.First, b.Last, err)
 			}
@@ -574,7 +572,7 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 		sent, promised, adopted = nil, 0, false
 		_, err = s.store.Update(ctx, c.handle, false, func(v *StoreView) (*StoreChanges, error) {
 			sent, promised, adopted, lost = nil, 0, false, ""
-			a := &assessment{records: map[int64]blockRecord{}, bad: map[int64]bool{}}
+			a := &assessment{records: map[int64]blockRecord{}}
 			ch := &StoreChanges{Records: map[int64][]byte{}}
 			m, err := parseMarker(s.key, v.Marker)
 			switch {
