@@ -114,6 +114,10 @@ type server struct {
 	ended      string
 	stopC      context.CancelFunc
 	clientsWG  sync.WaitGroup
+	// doomed is the start attempt kill has chosen while it was starting;
+	// the supervisor never lets that one become serving, even if it
+	// answered /readyz before the SIGKILL reached it.
+	doomed *proc
 
 	coll collector
 	// episodes are what the schedule did to the server, for the reports.
@@ -243,7 +247,7 @@ func (f *fleet) supervise(s *server) {
 		why := f.waitReady(s, p)
 		if why == "" {
 			s.mu.Lock()
-			if p.exited() || s.state != "starting" {
+			if p.exited() || s.state != "starting" || s.doomed == p {
 				why = "killed during start-up"
 			} else {
 				s.state, s.readyAt = "serving", time.Now()
@@ -398,6 +402,8 @@ func (s *server) kill() string {
 	}
 	if st != "starting" {
 		s.state = "killed"
+	} else {
+		s.doomed = p
 	}
 	s.mu.Unlock()
 	at := time.Now()
