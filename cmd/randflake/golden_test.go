@@ -162,6 +162,18 @@ func goldenCases() []goldenCase {
 					t.Fatal(err)
 				}
 			}},
+		// Input echoed in messages is escaped: NUL, invalid UTF-8 and
+		// terminal escape sequences never reach standard error raw.
+		{name: "inspect-escape", args: []string{"inspect", "a\x00b", "\xff\xfe", "\x1b[2J\x1b]0;title\x07", "ok\u00e9", goldenIDs[0]}},
+		{name: "inspect-stdin-escape", args: []string{"inspect"}, stdin: "a\x00b \xff\xfe\n\x1b[31mred\x1b[0m " + goldenIDs[1] + "\n"},
+		{name: "inspect-stdin-json-escape", args: []string{"inspect"}, stdin: `["\u001b[2J", "\u0000", "` + goldenIDs[2] + `", {"a":"\u001b"}, [1, 2], null]`},
+		{name: "inspect-stdin-json-bad-byte", args: []string{"inspect"}, stdin: "[\"" + goldenIDs[0] + "\", \x1b]"},
+		{name: "inspect-stdin-json-raw-control", args: []string{"inspect"}, stdin: "[\"a\x1b[2Jb\"]"},
+		{name: "inspect-stdin-json-not-array", args: []string{"inspect"}, stdin: "[\"" + goldenIDs[0] + "\"] \"\x00\""},
+		{name: "inspect-stdin-long", args: []string{"inspect"}, stdin: strings.Repeat("\x1b", 300) + " " + goldenIDs[0] + " " + strings.Repeat("x", 100000) + "\n"},
+		{name: "inspect-stdin-json-long", args: []string{"inspect"}, stdin: `["` + strings.Repeat("y", 1000) + `", "` + goldenIDs[0] + `", [` + strings.Repeat("1,", 500) + `1]]`},
+		{name: "uniqueid-parse-escape", args: []string{"uniqueid", "parse", "\x1b[2J", "aw6BNLExJklyqKErjVoWCgAAAA\x00", "\xff"}},
+		{name: "uniqueid-parse-stdin-escape", args: []string{"uniqueid", "parse"}, stdin: "\x1b]0;x\x07 aw6BNLExJklyqKErjVoWCgAAAAA " + strings.Repeat("\xff", 400) + "\n"},
 		{name: "uniqueid-parse-stdin", args: []string{"uniqueid", "parse"}, stdin: "aw6BNLExJklyqKErjVoWCgAAAAA\n aw6BNMAAAgcAAA28cpszJhVo\n"},
 		{name: "uniqueid-parse-terminal", args: []string{"uniqueid", "parse"}, terminal: true},
 		{name: "uniqueid-parse-empty", args: []string{"uniqueid", "parse"}, stdin: "\n"},
@@ -234,7 +246,7 @@ func runGolden(t *testing.T, c goldenCase, dir string) string {
 		out = c.redact(t, out)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "$ %s\nexit status %d\n", strings.Join(append([]string{"randflake"}, c.args...), " "), code)
+	fmt.Fprintf(&b, "$ %s\nexit status %d\n", strings.Join(append([]string{"randflake"}, echoArgs(c.args)...), " "), code)
 	fmt.Fprintf(&b, "-- stdout --\n%s-- stderr --\n%s", out, strings.ReplaceAll(errs, dir, "$DIR"))
 	return b.String()
 }
@@ -320,4 +332,14 @@ func checkContent(name, want string) func(*testing.T, string) {
 			t.Errorf("%s holds %q (%v), want %q", name, b, err, want)
 		}
 	}
+}
+
+// echoArgs is args as the golden files show them: quoted where echo
+// quotes, so that the files hold no control characters.
+func echoArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = echo(a)
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,12 +36,26 @@ func (c *inspectCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.json, "json", false, "print one JSON object per line")
 }
 
-func (c *inspectCmd) run(e *env, ids []string) error {
-	if len(ids) == 0 {
-		var err error
-		if ids, err = readIDs(e); err != nil {
+func (c *inspectCmd) run(e *env, args []string) error {
+	out := bufio.NewWriterSize(e.stdout, 64<<10)
+	var next func() (item, error)
+	if len(args) > 0 {
+		next = argItems(args)
+	} else {
+		ir, err := stdinItems(e, "IDs", true, func() { out.Flush() })
+		if err != nil {
 			return err
 		}
+		next = ir.nextWrapped
+	}
+	// The first ID is read before the secret, so that input without any
+	// is a usage error whatever the secret.
+	first, err := next()
+	if errors.Is(err, io.EOF) {
+		return usagef("no IDs given on the command line or standard input")
+	}
+	if err != nil {
+		return err
 	}
 	secret, source, err := c.secret.load(e)
 	if err != nil {
@@ -55,21 +68,28 @@ func (c *inspectCmd) run(e *env, ids []string) error {
 	}
 	fmt.Fprintf(e.stderr, "randflake inspect: decoding with the secret from %s (under a wrong secret the fields are meaningless, not an error)\n", source)
 	failed := false
-	for _, arg := range ids {
-		id, err := parseAnyID(arg)
+	line := make([]byte, 0, 160)
+	for it := first; ; {
+		id, err := parseItem(it)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "%s: %v\n", arg, err)
+			out.Flush()
+			fmt.Fprintf(e.stderr, "%s: %v\n", echoItem(it), err)
 			failed = true
-			continue
+		} else {
+			ts, node, seq, _ := in.Inspect(id)
+			line = c.appendFields(line[:0], id, ts, node, seq)
+			out.Write(line)
 		}
-		ts, node, seq, _ := in.Inspect(id)
-		when := time.Unix(ts, 0).UTC().Format(time.RFC3339)
-		if c.json {
-			fmt.Fprintf(e.stdout, `{"id":%q,"int":"%d","time":%q,"timestamp":%d,"node":%d,"sequence":%d}`+"\n",
-				randflake.EncodeString(id), id, when, ts, node, seq)
-			continue
+		if it, err = next(); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			out.Flush()
+			return err
 		}
-		fmt.Fprintf(e.stdout, "%s\t%d\t%s\tnode=%d\tseq=%d\n", randflake.EncodeString(id), id, when, node, seq)
+	}
+	if err := out.Flush(); err != nil {
+		return err
 	}
 	if failed {
 		return errReported
@@ -77,94 +97,41 @@ func (c *inspectCmd) run(e *env, ids []string) error {
 	return nil
 }
 
-// readIDs reads the IDs from standard input, unless it is a terminal:
-// JSON arrays if the input begins with "[", else words separated by white
-// space. Numbers in JSON are decimal IDs, given back with a "+"; other
-// JSON values come back as "JSON VALUE", which is not an ID.
-func readIDs(e *env) ([]string, error) {
-	if e.isTerminal(e.stdin) {
-		return nil, usagef("no IDs given")
+// appendFields appends the line inspect prints for id to b.
+func (c *inspectCmd) appendFields(b []byte, id, ts, node, seq int64) []byte {
+	if c.json {
+		b = append(b, `{"id":"`...)
+		b = randflake.AppendString(b, id)
+		b = append(b, `","int":"`...)
+		b = strconv.AppendInt(b, id, 10)
+		b = append(b, `","time":"`...)
+		b = time.Unix(ts, 0).UTC().AppendFormat(b, time.RFC3339)
+		b = append(b, `","timestamp":`...)
+		b = strconv.AppendInt(b, ts, 10)
+		b = append(b, `,"node":`...)
+		b = strconv.AppendInt(b, node, 10)
+		b = append(b, `,"sequence":`...)
+		b = strconv.AppendInt(b, seq, 10)
+		return append(b, "}\n"...)
 	}
-	r := bufio.NewReaderSize(e.stdin, 64<<10)
-	first, err := firstNonSpace(r)
-	if err != nil {
-		return nil, err
-	}
-	if first != '[' {
-		return scanWords(r, "IDs")
-	}
-	var ids []string
-	dec := json.NewDecoder(r)
-	dec.UseNumber()
-	for {
-		var arr []any
-		err := dec.Decode(&arr)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("standard input: want JSON arrays of IDs: %w", err)
-		}
-		for _, v := range arr {
-			switch v := v.(type) {
-			case string:
-				ids = append(ids, v)
-			case json.Number:
-				ids = append(ids, "+"+v.String())
-			default: // reported as not an ID
-				b, _ := json.Marshal(v)
-				ids = append(ids, "JSON "+string(b))
-			}
-		}
-	}
-	if len(ids) == 0 {
-		return nil, usagef("no IDs given on the command line or standard input")
-	}
-	return ids, nil
+	b = randflake.AppendString(b, id)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, '\t')
+	b = time.Unix(ts, 0).UTC().AppendFormat(b, time.RFC3339)
+	b = append(b, "\tnode="...)
+	b = strconv.AppendInt(b, node, 10)
+	b = append(b, "\tseq="...)
+	b = strconv.AppendInt(b, seq, 10)
+	return append(b, '\n')
 }
 
-// firstNonSpace returns the first byte of r that is not white space,
-// leaving it unread; 0 at the end of r.
-func firstNonSpace(r *bufio.Reader) (byte, error) {
-	for {
-		c, err := r.ReadByte()
-		if errors.Is(err, io.EOF) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-			return c, r.UnreadByte()
-		}
+// parseItem is parseAnyID of an item; a truncated item is not an ID.
+func parseItem(it item) (int64, error) {
+	if it.size > 0 {
+		return 0, fmt.Errorf("longer than %d bytes: %w", maxItem, randflake.ErrInvalidID)
 	}
-}
-
-// readWords reads words separated by white space from standard input,
-// unless it is a terminal; what names them in errors.
-func readWords(e *env, what string) ([]string, error) {
-	if e.isTerminal(e.stdin) {
-		return nil, usagef("no %s given", what)
-	}
-	return scanWords(e.stdin, what)
-}
-
-// scanWords returns the words of r, separated by white space; none is a
-// usage error.
-func scanWords(r io.Reader, what string) ([]string, error) {
-	var words []string
-	sc := bufio.NewScanner(r)
-	sc.Split(bufio.ScanWords)
-	for sc.Scan() {
-		words = append(words, sc.Text())
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(words) == 0 {
-		return nil, usagef("no %s given on the command line or standard input", what)
-	}
-	return words, nil
+	return parseAnyID(it.text)
 }
 
 // parseAnyID accepts the string form, or a decimal integer when the text

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/netip"
 
 	"github.com/randflake/randflake/uniqueid"
@@ -100,27 +102,51 @@ that begins with - must follow --.`
 // uniqueIDParseCmd is randflake uniqueid parse: the fields of tokens.
 type uniqueIDParseCmd struct{ noFlags }
 
-func (c *uniqueIDParseCmd) run(e *env, tokens []string) error {
-	if len(tokens) == 0 {
-		var err error
-		if tokens, err = readWords(e, "tokens"); err != nil {
+func (c *uniqueIDParseCmd) run(e *env, args []string) error {
+	out := bufio.NewWriterSize(e.stdout, 64<<10)
+	next := argItems(args)
+	if len(args) == 0 {
+		ir, err := stdinItems(e, "tokens", false, func() { out.Flush() })
+		if err != nil {
 			return err
 		}
+		next = ir.nextWrapped
 	}
-	failed := false
-	for _, s := range tokens {
-		t, err := uniqueid.Parse(s)
+	failed, some := false, false
+	for {
+		it, err := next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
-			fmt.Fprintf(e.stderr, "%s: %v\n", s, err)
+			out.Flush()
+			return err
+		}
+		some = true
+		var t uniqueid.Token
+		if it.size > 0 {
+			err = fmt.Errorf("%w: longer than %d bytes", uniqueid.ErrMalformed, maxItem)
+		} else {
+			t, err = uniqueid.Parse(it.text)
+		}
+		if err != nil {
+			out.Flush()
+			fmt.Fprintf(e.stderr, "%s: %v\n", echoItem(it), err)
 			failed = true
 			continue
 		}
-		fmt.Fprintf(e.stdout, "%s\tlayout=%v\ttime=%s\tcounter=%d\tthread=%d", s, t.Layout, t.Time.UTC().Format("2006-01-02T15:04:05Z"), t.Counter, t.ThreadIndex)
+		fmt.Fprintf(out, "%s\tlayout=%v\ttime=%s\tcounter=%d\tthread=%d", it.text, t.Layout, t.Time.UTC().Format("2006-01-02T15:04:05Z"), t.Counter, t.ThreadIndex)
 		if t.Layout == uniqueid.Classic {
-			fmt.Fprintf(e.stdout, "\taddr=%s\tpid=%d\n", t.Addr, t.PID)
+			fmt.Fprintf(out, "\taddr=%s\tpid=%d\n", t.Addr, t.PID)
 		} else {
-			fmt.Fprintf(e.stdout, "\troot=%x\n", t.Root)
+			fmt.Fprintf(out, "\troot=%x\n", t.Root)
 		}
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	if !some {
+		return usagef("no tokens given on the command line or standard input")
 	}
 	if failed {
 		return errReported
