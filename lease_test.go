@@ -179,7 +179,7 @@ func TestLeasedStopsAtLeaseEnd(t *testing.T) {
 	for start := time.Now(); time.Since(start) < 5*time.Second; {
 		var id int64
 		id, err = g.Generate()
-		if err == ErrResourceExhausted {
+		if errors.Is(err, ErrResourceExhausted) {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}

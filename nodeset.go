@@ -40,6 +40,11 @@ func (r *nodeSet) reserveRun(cursor *atomic.Uint64, now int64, dst []uint64, one
 	for n < len(dst) {
 		sc, nodeID, seq, got, e := r.reserve(cursor, now, len(dst)-n)
 		if e != nil {
+			if e == ErrResourceExhausted {
+				// The node answers so only when now is its newest
+				// second (see node.reserve).
+				e = &exhaustedError{firstNode: r.firstNode, lastNode: r.lastNode, sec: now}
+			}
 			return n, sec, e
 		}
 		if n == 0 {
