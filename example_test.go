@@ -1,6 +1,7 @@
 package randflake_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -129,4 +130,35 @@ func ExampleSharded_NewLocal() {
 	}
 	fmt.Println(len(seen))
 	// Output: 3
+}
+
+// GenerateContext waits for the next second when the node range has
+// issued all of the current one's IDs (131,072 per node ID), where
+// Generate returns ErrResourceExhausted. Here one node ID gives 200,000
+// IDs: the calls wait once or twice for a new second.
+func ExampleSharded_GenerateContext() {
+	now := time.Now().Unix()
+	s, err := randflake.NewSharded(randflake.ShardedConfig{
+		Secret:     []byte("super-secret-key"),
+		FirstNode:  7,
+		LastNode:   7,
+		LeaseStart: now,
+		LeaseEnd:   now + 3600,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seconds := map[int64]int{}
+	for range 200_000 {
+		id, err := s.GenerateContext(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		ts, _, _, _ := s.Inspect(id)
+		seconds[ts]++
+	}
+	fmt.Println(len(seconds) >= 2)
+	// Output: true
 }

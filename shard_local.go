@@ -62,9 +62,9 @@ func (l *Local) generateLeased() (int64, error) {
 	g := ld.gen.Load()
 	if g != l.s {
 		l.s, l.pos, l.n = g, 0, 0
-		if g == nil {
-			return 0, ld.explain(ErrInvalidLease)
-		}
+	}
+	if g == nil {
+		return 0, ld.explain(ErrInvalidLease)
 	}
 	id, err := l.generate()
 	if err != nil {
