@@ -4,6 +4,54 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# Prerequisites, all checked before anything runs: every missing one is
+# named at once, with the Debian/Ubuntu package that provides it
+# (CONTRIBUTING.md has the list and the times).
+missing=()
+if ! gov=$(go env GOVERSION 2>/dev/null); then
+	missing+=("Go 1.26 or later: the go command is missing or cannot run here (go.work needs go 1.26.0)")
+elif [[ $gov =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] < 26)); then
+	missing+=("Go 1.26 or later: this is $gov (go.work needs go 1.26.0)")
+fi
+etcd_dir=${RANDFLAKE_ETCD_BIN:-}
+for tool in etcd etcdctl; do
+	if [ -n "$etcd_dir" ]; then
+		[ -x "$etcd_dir/$tool" ] || missing+=("$tool: not in \$RANDFLAKE_ETCD_BIN ($etcd_dir)")
+	elif ! command -v $tool >/dev/null; then
+		pkg=etcd-server
+		[ $tool = etcdctl ] && pkg=etcd-client
+		missing+=("$tool (etcd 3.4 or later): apt-get install $pkg, or set \$RANDFLAKE_ETCD_BIN to its directory")
+	fi
+done
+# PostgreSQL as pglease/pgtest finds it: $RANDFLAKE_PGLEASE_BIN, else
+# initdb on PATH, else /usr/lib/postgresql/VERSION/bin.
+pg_dir=${RANDFLAKE_PGLEASE_BIN:-}
+if [ -z "$pg_dir" ]; then
+	if p=$(command -v initdb); then
+		pg_dir=$(dirname "$p")
+	else
+		pg_dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+	fi
+fi
+if [ -z "$pg_dir" ] || [ ! -x "$pg_dir/initdb" ] || [ ! -x "$pg_dir/postgres" ]; then
+	missing+=("initdb and postgres (PostgreSQL): apt-get install postgresql (found on PATH or under /usr/lib/postgresql/*/bin), or set \$RANDFLAKE_PGLEASE_BIN to their directory")
+fi
+kube=${RANDFLAKE_KUBE_APISERVER:-${XDG_CACHE_HOME:-$HOME/.cache}/randflake/kube-apiserver-v1.37.2}
+if [ -d kubelease ] && [ ! -x "$kube" ]; then
+	if [ "${CI:-}" = true ]; then
+		missing+=("kube-apiserver (for kubelease): build it with .ci/kube-apiserver.sh (about 6 minutes on 2 cores, once), or set \$RANDFLAKE_KUBE_APISERVER")
+	else
+		echo "note: no kube-apiserver at $kube: the kubelease tests against a real API server skip;"
+		echo "      .ci/kube-apiserver.sh builds it (about 6 minutes on 2 cores, once)"
+	fi
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "test.sh: missing prerequisites:" >&2
+	printf '  - %s\n' "${missing[@]}" >&2
+	echo "(Debian/Ubuntu: apt-get install etcd-server etcd-client postgresql; see CONTRIBUTING.md)" >&2
+	exit 1
+fi
+
 # The reference implementation's cross-language vectors, beside the checkout.
 if [ -z "${RANDFLAKE_VECTORS:-}" ] && [ -f ../shared/vectors/randflake_reference_vectors.json ]; then
 	RANDFLAKE_VECTORS="$(cd .. && pwd)/shared/vectors/randflake_reference_vectors.json"
