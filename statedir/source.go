@@ -1,6 +1,7 @@
 package statedir
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -40,8 +41,9 @@ type Options struct {
 	// Logger receives what the source does that an operator should know:
 	// history found unknown (and the wait it costs), waits for a previous
 	// holder's promise, a corrupt state file, blocks refused for their
-	// clock. Nil: slog.Default(). It is also the Leased generator's
-	// logger in NewLeased.
+	// clock. Nil logs nothing (a library does not write to the process's
+	// log unless asked). It is also the Leased generator's logger in
+	// NewLeased.
 	Logger *slog.Logger
 
 	// Shards and OnError are passed to randflake.LeasedConfig by NewLeased.
@@ -62,7 +64,7 @@ type checked struct {
 func (o Options) check() (checked, error) {
 	c := checked{nodes: o.Nodes, first: o.FirstNode, last: o.LastNode, log: o.Logger}
 	if c.log == nil {
-		c.log = slog.Default()
+		c.log = slog.New(discardHandler{})
 	}
 	if c.first == 0 && c.last == 0 {
 		c.last = randflake.MaxNode
@@ -138,3 +140,12 @@ func (d *Dir) Source(opts Options) (*Source, error) {
 
 // Store returns the source's store.
 func (s *Source) Store() *Store { return s.store }
+
+// discardHandler is the handler of a nil Options.Logger: it drops every
+// record. (slog.DiscardHandler needs Go 1.24; the module supports 1.23.)
+type discardHandler struct{}
+
+func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
+func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
+func (h discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
+func (h discardHandler) WithGroup(string) slog.Handler           { return h }

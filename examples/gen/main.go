@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"time"
@@ -50,7 +51,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gen:", err)
 		return 1
 	}
-	g, err := statedir.NewLeased(ctx, dir, statedir.Options{})
+	// The library logs nothing unless given a logger: this command shows
+	// the warnings an operator should see, such as a wait for history the
+	// directory cannot vouch for.
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	g, err := statedir.NewLeased(ctx, dir, statedir.Options{Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, "gen:", err)
 		return 1
@@ -63,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for i := range ids {
 		// A node range issues at most 131,072 IDs a second per node ID;
 		// past that, GenerateContext waits for the next second.
-		if ids[i], err = generate(ctx, g); err != nil {
+		if ids[i], err = g.GenerateContext(ctx); err != nil {
 			fmt.Fprintln(stderr, "gen:", err)
 			return 1
 		}
@@ -79,9 +84,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			time.Unix(ts, 0).UTC().Format(time.RFC3339), node, seq)
 	}
 	return 0
-}
-
-// generate returns one new ID from g.
-func generate(ctx context.Context, g *randflake.Leased) (int64, error) {
-	return g.Generate()
 }
