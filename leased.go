@@ -30,10 +30,13 @@ type LeasedConfig struct {
 	// until the lease's end) and failed acquisitions after a lease was
 	// lost. It must not block for long.
 	OnError func(error)
-	// Logger, if set, receives the lease's events: acquired (node range,
-	// start and end), waiting for its start, renewal failed (with the
-	// source's error), renewed after failures, lost, re-acquired and
-	// released (with the newest second used). Nil logs nothing.
+	// Logger, if set, receives the lease's events: acquired, waiting for
+	// its start, renewal failed (with the source's error), renewed after
+	// failures, lost, re-acquired and released (with the newest second
+	// used). Each names the node range ("nodes"), the first second the
+	// lease lets the generator use ("start": the lease's Start, or the
+	// second it was acquired in if Start is earlier, as it is for node IDs
+	// nobody has used) and its end ("end"). Nil logs nothing.
 	Logger *slog.Logger
 }
 
@@ -69,6 +72,7 @@ type Leased struct {
 	mu    sync.Mutex
 	lease Lease // the last lease held
 	held  bool  // whether lease is held now
+	from  int64 // the first second lease lets the generator use (see logLease)
 
 	backoff    time.Duration // delay between failed acquisitions (renewal goroutine only)
 	failLogged time.Time     // when a failed renewal was last logged (renewal goroutine only)
@@ -129,7 +133,7 @@ func NewLeased(ctx context.Context, cfg LeasedConfig) (*Leased, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.lease, l.held = lease, true
+	l.lease, l.held, l.from = lease, true, l.firstSecond(lease)
 	l.gen.Store(g)
 	l.logLease(slog.LevelInfo, "randflake: lease acquired", lease)
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -266,7 +270,7 @@ func (l *Leased) reacquire(ctx context.Context, last Lease) time.Duration {
 		return l.backoff
 	}
 	l.mu.Lock()
-	l.lease, l.held = lease, true
+	l.lease, l.held, l.from = lease, true, l.firstSecond(lease)
 	l.mu.Unlock()
 	l.gen.Store(g)
 	l.failure.Store(nil)
@@ -281,13 +285,33 @@ func (l *Leased) fail(lease Lease, err error) {
 	}
 }
 
-// logLease logs a lease event, if there is a logger.
+// firstSecond returns the first second lease, just acquired, lets the
+// generator use: its Start, or the current second if Start is earlier. (A
+// source starts a lease on node IDs with no recorded use right after the
+// epoch, 2024-10-27T03:33:20Z; logged as the start, that read like a clock
+// gone wrong.)
+func (l *Leased) firstSecond(lease Lease) int64 {
+	now := wallNow()
+	if l.timeSource != nil {
+		now = l.timeSource()
+	}
+	return max(lease.Start, now)
+}
+
+// logLease logs a lease event, if there is a logger. Its start is the
+// first second the lease lets the generator use (see firstSecond).
 func (l *Leased) logLease(level slog.Level, msg string, lease Lease, args ...any) {
 	if l.log == nil {
 		return
 	}
+	l.mu.Lock()
+	start, cur := l.from, l.lease
+	l.mu.Unlock()
+	if !lease.SameClaim(cur) {
+		start = lease.Start
+	}
 	args = append([]any{"nodes", fmt.Sprintf("%d-%d", lease.FirstNode, lease.LastNode),
-		"start", formatSecond(lease.Start), "end", formatSecond(lease.End)}, args...)
+		"start", formatSecond(start), "end", formatSecond(lease.End)}, args...)
 	l.log.Log(context.Background(), level, msg, args...)
 }
 
@@ -396,7 +420,11 @@ func (l *Leased) Close(ctx context.Context) error {
 			if l.closeErr != nil {
 				l.logLease(slog.LevelError, "randflake: lease release failed; the node IDs are free once the lease has expired", lease, "err", l.closeErr)
 			} else {
-				l.logLease(slog.LevelInfo, "randflake: lease released", lease, "last_used", formatSecond(max(last, lease.Start-1)))
+				used := "none" // no ID was issued under the lease
+				if last >= lease.Start {
+					used = formatSecond(last)
+				}
+				l.logLease(slog.LevelInfo, "randflake: lease released", lease, "last_used", used)
 			}
 		}
 	})

@@ -78,3 +78,49 @@ func TestLeasedLogsLeaseEvents(t *testing.T) {
 		t.Errorf("the log does not name the node range:\n%s", out.String())
 	}
 }
+
+// A lease on node IDs nobody has used starts right after the epoch
+// (2024-10-27T03:33:21Z). The log gives the first second the generator
+// may use instead, the second of the acquisition, which reads as the
+// clock does.
+func TestLeasedLogsFirstUsableSecond(t *testing.T) {
+	t.Parallel()
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	src := &testSource{first: 12, last: 12, ttl: 30, start: Epoch + 1}
+	before := time.Now().Unix()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := NewLeased(ctx, LeasedConfig{Secret: testSecret, Source: src, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now().Unix()
+	if got := g.Lease().Start; got != Epoch+1 {
+		t.Fatalf("lease start %d, want the source's %d", got, Epoch+1)
+	}
+	if err := g.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	logged := out.String()
+	if !strings.Contains(logged, "last_used=none") {
+		t.Errorf("release of a lease that issued nothing: want last_used=none in\n%s", logged)
+	}
+	for _, event := range []string{"lease acquired", "lease released"} {
+		var line string
+		for _, l := range strings.Split(logged, "\n") {
+			if strings.Contains(l, event) {
+				line = l
+			}
+		}
+		_, start, ok := strings.Cut(line, " start=")
+		start, _, _ = strings.Cut(start, " ")
+		ts, err := time.Parse(time.RFC3339, start)
+		if !ok || err != nil {
+			t.Fatalf("no start in the %q line %q", event, line)
+		}
+		if ts.Unix() < before || ts.Unix() > after {
+			t.Errorf("%s: start=%s, want the second of the acquisition (%s to %s)", event, start, formatSecond(before), formatSecond(after))
+		}
+	}
+}
