@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/randflake/randflake v0.2.0
 	github.com/randflake/randflake/etcdlease v0.2.0
+	github.com/randflake/randflake/kubelease v0.2.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/zap v1.28.0

@@ -30,8 +30,10 @@ import (
 	"github.com/randflake/randflake/cmd/randflake/internal/tlstest"
 	"github.com/randflake/randflake/statedir"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -92,6 +94,14 @@ func newObject(api, kind string) any {
 		return new(policyv1.PodDisruptionBudget)
 	case "cert-manager.io/v1 Certificate":
 		return new(certificate)
+	case "v1 ServiceAccount":
+		return new(corev1.ServiceAccount)
+	case "rbac.authorization.k8s.io/v1 Role":
+		return new(rbacv1.Role)
+	case "rbac.authorization.k8s.io/v1 RoleBinding":
+		return new(rbacv1.RoleBinding)
+	case "autoscaling/v2 HorizontalPodAutoscaler":
+		return new(autoscalingv2.HorizontalPodAutoscaler)
 	}
 	return nil
 }
@@ -413,11 +423,13 @@ func envName(name string) string {
 
 // serveEnv is the set of environment variables serve reads: one per flag,
 // and those that are no flag's: the ordinal of a StatefulSet pod, the
-// secret (as 32 hex digits), the state directory, the kernel override.
+// secret (as 32 hex digits), the state directory, the kernel override,
+// and the pod's name and UID (the holder on Kubernetes Lease objects).
 func serveEnv() map[string]bool {
 	names := map[string]bool{
 		"RANDFLAKE_ORDINAL": true, "RANDFLAKE_SECRET_FILE": true, "RANDFLAKE_SECRET": true,
 		"RANDFLAKE_STATE_DIR": true, "RANDFLAKE_INSPECT_TOKEN_FILE": true, "RANDFLAKE_KERNEL": true,
+		"POD_NAME": true, "POD_UID": true,
 	}
 	serveFlags().VisitAll(func(f *flag.Flag) { names[envName(f.Name)] = true })
 	return names
@@ -1031,7 +1043,9 @@ func (wc *workloadChecks) check(t reporter, w *workload) {
 	if deref(spec.EnableServiceLinks, true) {
 		t.Errorf("%v: spec.enableServiceLinks must be false: Service variables such as RANDFLAKE_PORT share the prefix of serve's settings", w)
 	}
-	if deref(spec.AutomountServiceAccountToken, true) {
+	if args.value("node-source") == "kubernetes" {
+		checkLeaseAccess(t, w, wc.all)
+	} else if deref(spec.AutomountServiceAccountToken, true) {
 		t.Errorf("%v: spec.automountServiceAccountToken must be false: serve uses no Kubernetes API", w)
 	}
 
@@ -1055,7 +1069,7 @@ func (wc *workloadChecks) check(t reporter, w *workload) {
 		checkGoverningService(t, w, wc.all)
 	default:
 		if source == "statefulset" || args.set["nodes"] {
-			t.Errorf("%s: a Deployment's pods have no ordinals and share their template: node IDs must come from etcd", where)
+			t.Errorf("%s: a Deployment's pods have no ordinals and share their template: node IDs must come from etcd, PostgreSQL or Kubernetes Lease objects", where)
 		}
 	}
 
@@ -1754,6 +1768,11 @@ func TestManifestServeAnswersProbes(t *testing.T) {
 					i++
 				}
 			}
+			if parsed.value("node-source") == "kubernetes" {
+				// The API server of a test cluster, through a kubeconfig
+				// in place of the pod's service account.
+				args = append(args, "--kubeconfig", kubeconfigForManifest(t, base))
+			}
 			env := []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + state, "HOME=" + state}
 			for _, e := range c.Env {
 				v := rewrite(e.Value)
@@ -1763,6 +1782,10 @@ func TestManifestServeAnswersProbes(t *testing.T) {
 						v = testSecretHex
 					case f.FieldRef != nil && f.FieldRef.FieldPath == "metadata.labels['"+appsv1.PodIndexLabel+"']":
 						v = "0"
+					case f.FieldRef != nil && f.FieldRef.FieldPath == "metadata.name":
+						v = "randflake-manifest-test"
+					case f.FieldRef != nil && f.FieldRef.FieldPath == "metadata.uid":
+						v = "00000000-0000-0000-0000-000000000001"
 					default:
 						t.Fatalf("%s: not run: env %s: no stand-in for this valueFrom in the test", where, e.Name)
 					}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -136,10 +135,11 @@ const (
 	sourceStatefulSet = "statefulset"
 	sourceEtcd        = "etcd"
 	sourcePostgres    = "postgres"
+	sourceKubernetes  = "kubernetes"
 )
 
 // nodeSources lists the values of --node-source, for messages.
-const nodeSources = sourceStateDir + ", " + sourceStatic + ", " + sourceStatefulSet + ", " + sourceEtcd + " or " + sourcePostgres
+const nodeSources = sourceStateDir + ", " + sourceStatic + ", " + sourceStatefulSet + ", " + sourceEtcd + ", " + sourcePostgres + " or " + sourceKubernetes
 
 // ordinalEnv is the variable that may hold a StatefulSet pod's ordinal
 // (or its name); without it, the host name is used.
@@ -166,6 +166,8 @@ type leaseFlags struct {
 	source      string
 	nodesPerPod int64
 	pg          postgresFlags
+	// kube are the --kube-* flags and --kubeconfig (kubernetes.go).
+	kube kubeFlags
 
 	defaultClaim int64  // from the state directory without --claim
 	first, last  int64  // the range --nodes names, set by check
@@ -177,6 +179,7 @@ func (l *leaseFlags) registerSource(fs *flag.FlagSet) {
 	fs.StringVar(&l.source, "node-source", "", "where node IDs come from: "+nodeSources+" (default: static with --nodes, etcd with --etcd, else statedir)")
 	fs.Int64Var(&l.nodesPerPod, "nodes-per-pod", defaultNodesPerPod, "with --node-source statefulset: node IDs of each pod; the pod with ordinal K gets K*N to K*N+N-1")
 	l.pg.register(fs)
+	l.kube.register(fs)
 	if f := fs.Lookup("claim"); f != nil {
 		f.Usage = fmt.Sprintf("node IDs to claim from the state directory, etcd or PostgreSQL (default: %d from the state directory, %d from etcd or PostgreSQL)", l.defaultClaim, pglease.DefaultNodes)
 	}
@@ -210,6 +213,9 @@ func (l *leaseFlags) check() error {
 	if err := l.pg.check(); err != nil {
 		return err
 	}
+	if err := l.kube.check(); err != nil {
+		return err
+	}
 	if l.nodes != "" {
 		var err error
 		if l.first, l.last, err = parseNodeRange(l.nodes); err != nil {
@@ -233,9 +239,12 @@ func (l *leaseFlags) resolve() error {
 	}
 	switch l.source {
 	case "":
+		if l.kube.set() {
+			return usagef("--kubeconfig and the --kube-* flags are for --node-source kubernetes")
+		}
 		l.kind = implied
 		return nil
-	case sourceStateDir, sourceStatic, sourceStatefulSet, sourceEtcd, sourcePostgres:
+	case sourceStateDir, sourceStatic, sourceStatefulSet, sourceEtcd, sourcePostgres, sourceKubernetes:
 	default:
 		return usagef("--node-source %q: want %s", l.source, nodeSources)
 	}
@@ -252,6 +261,8 @@ func (l *leaseFlags) resolve() error {
 		return usagef("--node-source postgres needs --postgres-dsn DSN ($RANDFLAKE_POSTGRES_DSN)")
 	case l.pg.dsn != "" && l.source != sourcePostgres:
 		return usagef("--postgres-dsn is for --node-source postgres, not %s", l.source)
+	case l.kube.set() && l.source != sourceKubernetes:
+		return usagef("--kubeconfig and the --kube-* flags are for --node-source kubernetes, not %s", l.source)
 	}
 	if l.source == sourceStatefulSet && (l.nodesPerPod < 1 || l.nodesPerPod > randflake.MaxNode+1) {
 		return usagef("--nodes-per-pod %d: want 1 to %d", l.nodesPerPod, randflake.MaxNode+1)
@@ -296,7 +307,7 @@ func (l *leaseFlags) openSource(ctx context.Context, e *env, log *slog.Logger, s
 			waiting: "still waiting for the static node IDs", waitingArgs: []any{"nodes", l.nodes}}, nil
 	case sourceStatefulSet:
 		if secret == nil {
-			return nil, errors.New("--node-source statefulset needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
+			return nil, usagef("--node-source statefulset needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
 		}
 		// randflake.StatefulSetSource reads $RANDFLAKE_ORDINAL from the
 		// process's environment, not through e.
@@ -312,14 +323,19 @@ func (l *leaseFlags) openSource(ctx context.Context, e *env, log *slog.Logger, s
 		return &openedSource{src: src, secret: secret, describe: "statefulset", waiting: "still waiting for the StatefulSet's node IDs"}, nil
 	case sourceEtcd:
 		if secret == nil {
-			return nil, errors.New("--etcd needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
+			return nil, usagef("--etcd needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
 		}
 		return l.openEtcd(ctx, log, secret)
 	case sourcePostgres:
 		if secret == nil {
-			return nil, errors.New("--node-source postgres needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
+			return nil, usagef("--node-source postgres needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
 		}
 		return l.openPostgres(ctx, e, log, secret)
+	case sourceKubernetes:
+		if secret == nil {
+			return nil, usagef("--node-source kubernetes needs the fleet's shared secret: --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET")
+		}
+		return l.openKubernetes(ctx, log, secret)
 	case sourceStateDir:
 		return l.openStateDir(e, log, secret, created)
 	}

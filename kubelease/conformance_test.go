@@ -1,0 +1,173 @@
+package kubelease
+
+import (
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/kubelease/kubetest"
+	"github.com/randflake/randflake/leasetest"
+)
+
+// The lease engine's conformance suite on a real kube-apiserver: each
+// subtest in a namespace of its own on the shared cluster, except the two
+// that restore etcd, which get a cluster of their own.
+func TestConformance(t *testing.T) {
+	leasetest.Run(t, leasetest.Harness{
+		Layout:   randflake.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16},
+		New:      newConformanceStore,
+		Parallel: true,
+	})
+}
+
+const conformanceFleet = "conformance"
+
+// restores names the subtests that put etcd back from a snapshot.
+func restores(name string) bool {
+	return strings.HasSuffix(name, "/SaveRestoreUndetectable") || strings.HasSuffix(name, "/RollbackSeenByHolder")
+}
+
+// newConformanceStore returns the hooks of one subtest's store: each
+// handle a Store on a client of its own, as the user granted the lease
+// verbs; Kill makes that client fail every request; the faults are an
+// operator's, through the administrator's requests.
+func newConformanceStore(t *testing.T) *leasetest.Store {
+	var c *kubetest.Cluster
+	if restores(t.Name()) {
+		c = kubetest.New(t)
+	} else {
+		c = kubetest.Shared(t)
+	}
+	ns := c.Namespace(t, "conformance")
+	var mu sync.Mutex
+	kills := map[randflake.BlockStore]*killable{}
+	s := &leasetest.Store{Addr: c.Addr()}
+	s.Open = func(t *testing.T, p leasetest.Process) (randflake.BlockStore, error) {
+		cli, k := testClient(t, c, kubetest.User, p.Addr)
+		cfg := testConfig(cli, ns, p.Layout.LastNode, p.Name)
+		cfg.Name, cfg.Nodes, cfg.FirstNode = conformanceFleet, p.Layout.Size, p.Layout.FirstNode
+		st, err := NewStore(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if p.Now != nil {
+			st.now = p.Now
+		}
+		mu.Lock()
+		kills[st] = k
+		mu.Unlock()
+		return st, nil
+	}
+	s.Kill = func(t *testing.T, st randflake.BlockStore) {
+		mu.Lock()
+		k := kills[st]
+		mu.Unlock()
+		if k == nil {
+			t.Fatalf("Kill of a store not opened here: %T", st)
+		}
+		k.killed.Store(true)
+	}
+	leases := kubetest.LeasesPath(ns)
+	get := func(t *testing.T, name string) *lease {
+		var l lease
+		err := c.Do(testCtx(t, 20*time.Second), http.MethodGet, leases+"/"+name, nil, &l)
+		if kubetest.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &l
+	}
+	// setAnnotation sets (raw != nil) or removes an annotation of the
+	// object name, creating it if need be.
+	setAnnotation := func(t *testing.T, name, key string, raw []byte) {
+		for try := 0; ; try++ {
+			l := get(t, name)
+			if l == nil && raw == nil {
+				return
+			}
+			method, path := http.MethodPut, leases+"/"+name
+			if l == nil {
+				l = &lease{Metadata: objectMeta{Name: name, Labels: map[string]string{LabelFleet: conformanceFleet}}}
+				method, path = http.MethodPost, leases
+			}
+			l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
+			if l.Metadata.Annotations == nil {
+				l.Metadata.Annotations = map[string]string{}
+			}
+			if raw == nil {
+				delete(l.Metadata.Annotations, key)
+			} else {
+				l.Metadata.Annotations[key] = string(raw)
+			}
+			err := c.Do(testCtx(t, 20*time.Second), method, path, l, nil)
+			if err == nil {
+				return
+			}
+			if try > 20 {
+				t.Fatal(err)
+			}
+		}
+	}
+	annotation := func(t *testing.T, name, key string) []byte {
+		l := get(t, name)
+		if l == nil {
+			return nil
+		}
+		v, ok := l.Metadata.Annotations[key]
+		if !ok {
+			return nil
+		}
+		return []byte(v)
+	}
+	s.Wipe = func(t *testing.T) {
+		if err := c.DeleteLeases(testCtx(t, 20*time.Second), ns, LabelFleet+"="+conformanceFleet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.WipeKeepMarker = func(t *testing.T) {
+		var ll leaseList
+		if err := c.Do(testCtx(t, 20*time.Second), http.MethodGet, leases+"?labelSelector="+LabelFleet+"%3D"+conformanceFleet, nil, &ll); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ll.Items {
+			if l.Metadata.Name == conformanceFleet {
+				continue
+			}
+			if err := c.Do(testCtx(t, 20*time.Second), http.MethodDelete, leases+"/"+l.Metadata.Name, nil, nil); err != nil && !kubetest.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.ReadRecord = func(t *testing.T, first int64) []byte {
+		return annotation(t, BlockName(conformanceFleet, first), AnnotationRecord)
+	}
+	s.WriteRecord = func(t *testing.T, first int64, raw []byte) {
+		setAnnotation(t, BlockName(conformanceFleet, first), AnnotationRecord, raw)
+	}
+	s.ReadMarker = func(t *testing.T) []byte { return annotation(t, conformanceFleet, AnnotationMarker) }
+	s.WriteMarker = func(t *testing.T, raw []byte) { setAnnotation(t, conformanceFleet, AnnotationMarker, raw) }
+	if restores(t.Name()) {
+		// etcd put back from a snapshot under the API server, which is
+		// restarted: undetectable while no holder runs; a running holder
+		// sees the resource versions go back.
+		snapshot := func(t *testing.T) func(*testing.T) {
+			path := filepath.Join(t.TempDir(), "snapshot.db")
+			if err := c.Snapshot(testCtx(t, 30*time.Second), path); err != nil {
+				t.Fatal(err)
+			}
+			return func(t *testing.T) {
+				if err := c.Restore(testCtx(t, 120*time.Second), path); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		s.Save, s.Rollback = snapshot, snapshot
+	}
+	return s
+}

@@ -1,0 +1,717 @@
+package kubelease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/randflake/randflake"
+)
+
+// Labels and annotations of the fleet's Lease objects.
+const (
+	// LabelFleet is on every Lease object of a fleet; its value is the
+	// fleet's name (Config.Name). The store lists the objects by it.
+	LabelFleet = "randflake.io/fleet"
+	// LabelManagedBy marks the objects as randflake's.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// AnnotationMarker holds the fleet marker, on the fleet's object.
+	AnnotationMarker = "randflake.io/marker"
+	// AnnotationPending holds, on the fleet's object, a committed step
+	// whose records and releases are not yet written to the blocks'
+	// objects (see the package documentation, "Steps").
+	AnnotationPending = "randflake.io/pending"
+	// AnnotationRecord holds a block's record, on the block's object.
+	AnnotationRecord = "randflake.io/record"
+	// AnnotationStep holds, on a block's object, the resource version
+	// of the fleet object's commit last written to it.
+	AnnotationStep = "randflake.io/step"
+)
+
+// Store is a randflake.BlockStore on Kubernetes Lease objects: the storage
+// primitives of the lease engine (see the package documentation). Use it
+// through a randflake.BlockSource, as New does, and give each BlockSource
+// a Store of its own.
+type Store struct {
+	c      *Client
+	ns     string
+	name   string
+	layout randflake.BlockLayout
+	ttl    time.Duration
+	skew   time.Duration
+	holder string
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu  sync.Mutex
+	uid string // the fleet object's UID last read: the store's identity
+}
+
+// storeClaim is the Store's handle on claimed blocks.
+type storeClaim struct {
+	identity string  // the holderIdentity of its objects
+	blocks   []int64 // first node IDs
+}
+
+// pending is a committed step not yet written to the blocks' objects.
+type pending struct {
+	// Holder is the holderIdentity of the claim the step released, if any.
+	Holder string `json:"holder,omitempty"`
+	// Records are the records to write, by first node ID (decimal).
+	Records map[string]string `json:"records,omitempty"`
+	// Release lists the blocks whose claim (by Holder) the step frees.
+	Release []int64 `json:"release,omitempty"`
+}
+
+// maxSteps bounds how often Update runs a step again after another writer
+// changed what it read.
+const maxSteps = 8
+
+// NewStore returns the Store that cfg describes. Config.Secret is not used
+// (the records are the lease engine's) and may be empty.
+func NewStore(cfg Config) (*Store, error) {
+	c, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{c: c.Client, ns: c.Namespace, name: c.Name, ttl: c.TTL, skew: c.MaxClockSkew, holder: c.Holder, log: c.Logger, now: time.Now,
+		layout: randflake.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}}, nil
+}
+
+// Layout returns the store's division of node IDs into blocks.
+func (s *Store) Layout() randflake.BlockLayout { return s.layout }
+
+// Info describes the store: claims lapse a TTL after their last renewal,
+// by the renewing holder's clock, which is checked against the API
+// server's; the holder stops twice the clock allowance and a margin
+// before.
+func (s *Store) Info() randflake.StoreInfo {
+	return randflake.StoreInfo{
+		Name:         fmt.Sprintf("kubernetes leases %s/%s", s.ns, s.name),
+		EndFor:       func(t0 time.Time) int64 { return endFor(t0, s.ttl, s.skew) },
+		Promise:      s.ttl,
+		Durable:      true,
+		MaxClockSkew: 2 * known(s.skew),
+	}
+}
+
+func (s *Store) leasesPath() string {
+	return "/apis/coordination.k8s.io/v1/namespaces/" + url.PathEscape(s.ns) + "/leases"
+}
+func (s *Store) leasePath(name string) string { return s.leasesPath() + "/" + url.PathEscape(name) }
+
+// BlockName returns the name of the Lease object of the block whose first
+// node ID is first, in the fleet name.
+func BlockName(name string, first int64) string { return fmt.Sprintf("%s-%06d", name, first) }
+
+func (s *Store) labels() map[string]string {
+	return map[string]string{LabelFleet: s.name, LabelManagedBy: "randflake"}
+}
+
+// opTimeout bounds each request made for a held claim: a third of the
+// TTL, so that one that cannot reach the server returns while the lease
+// still runs.
+func (s *Store) opTimeout() time.Duration { return s.ttl / 3 }
+
+// stepTimeout bounds a step: for a held claim, opTimeout; for a claim, a
+// whole TTL (no lease runs yet).
+func (s *Store) stepTimeout(c *storeClaim) time.Duration {
+	if c != nil {
+		return s.opTimeout()
+	}
+	return s.ttl
+}
+
+// snapshot is what one list of the fleet's objects found.
+type snapshot struct {
+	rev    uint64           // the list's resource version
+	rep    reply            // the list's timing and Date header
+	at     time.Time        // this machine's clock when the answer came
+	fleet  *lease           // the fleet object, nil if absent
+	blocks map[int64]*lease // block objects by the node ID their name gives
+}
+
+// list reads every Lease object of the fleet in one list, which the API
+// server answers from one revision of its storage.
+func (s *Store) list(ctx context.Context) (*snapshot, error) {
+	var ll leaseList
+	rep, err := s.c.do(ctx, http.MethodGet, s.leasesPath(), url.Values{"labelSelector": {LabelFleet + "=" + s.name}}, nil, &ll)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := strconv.ParseUint(ll.Metadata.ResourceVersion, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("kubelease: the API server's list of leases has resource version %q, not a number (this store needs the API server to count its writes, as etcd does)", ll.Metadata.ResourceVersion)
+	}
+	sn := &snapshot{rev: rev, rep: rep, at: s.now(), blocks: map[int64]*lease{}}
+	for i := range ll.Items {
+		l := &ll.Items[i]
+		if l.Metadata.Name == s.name {
+			sn.fleet = l
+			continue
+		}
+		n, ok := s.blockNode(l.Metadata.Name)
+		if !ok {
+			return nil, fmt.Errorf("%w: the Lease %s/%s carries the label %s=%s but names no block of node IDs; this package never writes it",
+				ErrCorrupt, s.ns, l.Metadata.Name, LabelFleet, s.name)
+		}
+		sn.blocks[n] = l
+	}
+	return sn, nil
+}
+
+// blockNode returns the node ID a block object's name gives.
+func (s *Store) blockNode(name string) (int64, bool) {
+	num, ok := strings.CutPrefix(name, s.name+"-")
+	n, err := strconv.ParseInt(num, 10, 64)
+	return n, ok && err == nil && len(num) == 6 && n >= 0 && n <= randflake.MaxNode
+}
+
+// blockOf returns the first node ID of the block holding node n.
+func (s *Store) blockOf(n int64) int64 {
+	return s.layout.FirstNode + (n-s.layout.FirstNode)/s.layout.Size*s.layout.Size
+}
+
+// noteUID remembers the fleet object's UID, the store's identity.
+func (s *Store) noteUID(uid string) {
+	s.mu.Lock()
+	s.uid = uid
+	s.mu.Unlock()
+}
+
+func (s *Store) identity() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.uid
+}
+
+func (s *Store) held(h randflake.StoreClaim) (*storeClaim, error) {
+	if h == nil {
+		return nil, nil
+	}
+	c, ok := h.(*storeClaim)
+	if !ok || c == nil || len(c.blocks) == 0 {
+		return nil, fmt.Errorf("kubelease: %T is not a claim of this store", h)
+	}
+	return c, nil
+}
+
+// lost is the error of a claim that is no longer this store's.
+func (s *Store) lost(c *storeClaim, first int64, why string) error {
+	return fmt.Errorf("kubelease: %s/%s: the claim on node IDs %d-%d is gone (%s): %w",
+		s.ns, BlockName(s.name, first), c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, why, randflake.ErrLeaseLost)
+}
+
+// Update runs one atomic step (see randflake.BlockStore and the package
+// documentation, "Steps"): a list of the fleet's objects, with any
+// pending step written out first; fn; the claims, each a create or an
+// update conditioned on the block object's resource version; then the
+// commit, one update of the fleet object conditioned on its resource
+// version, holding the new marker and the records and releases to write;
+// and last those writes.
+func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+	c, err := s.held(held)
+	if err != nil {
+		return held, err
+	}
+	if c == nil && !all {
+		return held, errors.New("kubelease: internal error: a step on no blocks")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.stepTimeout(c))
+	defer cancel()
+	for step := 0; step < maxSteps; step++ {
+		sn, err := s.list(ctx)
+		if err != nil {
+			return held, err
+		}
+		if sn.fleet == nil {
+			if err := s.createFleet(ctx); err != nil {
+				return held, err
+			}
+			continue
+		}
+		if p, rev := s.pendingOf(sn.fleet); p != nil {
+			if err := s.rollForward(ctx, sn.fleet, p, rev); err != nil {
+				return held, err
+			}
+			continue
+		}
+		s.noteUID(sn.fleet.Metadata.UID)
+		if c != nil {
+			for _, f := range c.blocks {
+				if b := sn.blocks[f]; b == nil || b.holder() != c.identity {
+					return held, s.lost(c, f, "its Lease object was taken over after it expired, or deleted")
+				}
+			}
+		}
+		view := s.view(sn, c, all)
+		ch, err := fn(view)
+		if err != nil {
+			return held, err
+		}
+		if ch == nil {
+			ch = &randflake.StoreChanges{}
+		}
+		if err := s.check(view, c, ch); err != nil {
+			return held, err
+		}
+		if len(ch.Claim) == 0 && len(ch.Records) == 0 && ch.Marker == nil && !ch.Release {
+			return held, nil
+		}
+		// A step that claims or records checks this machine's clock
+		// against the server's first: records carry this clock's
+		// readings, and claims lapse by the claimants'.
+		if len(ch.Claim) > 0 || len(ch.Records) > 0 || ch.Marker != nil {
+			if err := checkSkew(sn.rep, s.skew); err != nil {
+				return held, fmt.Errorf("%w (leases of %s/%s)", err, s.ns, s.name)
+			}
+		}
+		var fresh *storeClaim
+		var undo []*lease
+		if len(ch.Claim) > 0 {
+			fresh = &storeClaim{identity: s.newIdentity(), blocks: append([]int64(nil), ch.Claim...)}
+			for _, f := range ch.Claim {
+				l, err := s.claim(ctx, f, sn.blocks[f], fresh.identity)
+				if err != nil {
+					s.undo(undo)
+					return held, err
+				}
+				undo = append(undo, l)
+			}
+		}
+		p := &pending{Records: map[string]string{}}
+		for f, rec := range ch.Records {
+			p.Records[strconv.FormatInt(f, 10)] = string(rec)
+		}
+		if ch.Release {
+			p.Holder, p.Release = c.identity, c.blocks
+		}
+		committed, err := s.commit(ctx, sn.fleet, ch.Marker, p)
+		if errors.Is(err, errConflict) {
+			s.undo(undo)
+			continue
+		}
+		if err != nil {
+			s.undo(undo)
+			return held, err
+		}
+		if len(p.Records) > 0 || len(p.Release) > 0 {
+			// The step is committed: whoever lists the fleet next writes
+			// it out if this fails.
+			if err := s.rollForward(ctx, committed, p, rvOf(committed)); err != nil && s.log != nil {
+				s.log.Warn("kubelease: writing a committed step to the blocks' Lease objects failed; the next step writes it", "namespace", s.ns, "fleet", s.name, "err", err)
+			}
+		}
+		if fresh != nil {
+			return fresh, nil
+		}
+		return held, nil
+	}
+	return held, fmt.Errorf("kubelease: the leases of %s/%s changed under %d steps in a row: %w", s.ns, s.name, maxSteps, randflake.ErrStoreConflict)
+}
+
+// errConflict is an update refused because the object changed since it
+// was read (HTTP 409).
+var errConflict = errors.New("kubelease: the object changed since it was read")
+
+// view builds the engine's view of a snapshot: every block of the layout
+// (all) or the held claim's.
+func (s *Store) view(sn *snapshot, c *storeClaim, all bool) *randflake.StoreView {
+	v := &randflake.StoreView{Identity: randflake.StoreIdentity{ID: sn.fleet.Metadata.UID, Position: sn.rev}}
+	v.NextID = v.Identity.ID
+	if m, ok := sn.fleet.Metadata.Annotations[AnnotationMarker]; ok {
+		v.Marker = []byte(m)
+	}
+	heldBy := map[int64]bool{}
+	for n, l := range sn.blocks {
+		if n < s.layout.FirstNode || n > s.layout.LastNode || l.holder() == "" {
+			continue
+		}
+		if c != nil && l.holder() == c.identity {
+			heldBy[s.blockOf(n)] = true
+			continue
+		}
+		if exp, ok := l.expiry(); !ok || sn.at.Before(exp) {
+			heldBy[s.blockOf(n)] = true
+		}
+	}
+	add := func(f int64) {
+		b := randflake.BlockState{First: f, Last: f + s.layout.Size - 1, Held: heldBy[f]}
+		if l := sn.blocks[f]; l != nil {
+			if r, ok := l.Metadata.Annotations[AnnotationRecord]; ok {
+				b.Record = []byte(r)
+			}
+		}
+		v.Blocks = append(v.Blocks, b)
+	}
+	if all {
+		for i := int64(0); i < s.layout.Count(); i++ {
+			f, _ := s.layout.Block(i)
+			add(f)
+		}
+	} else {
+		for _, f := range c.blocks {
+			add(f)
+		}
+	}
+	return v
+}
+
+// check refuses changes the step cannot make.
+func (s *Store) check(v *randflake.StoreView, c *storeClaim, ch *randflake.StoreChanges) error {
+	read := map[int64]bool{}
+	for _, b := range v.Blocks {
+		read[b.First] = true
+	}
+	for f, rec := range ch.Records {
+		if !read[f] {
+			return fmt.Errorf("kubelease: internal error: a record for node IDs from %d, a block not read", f)
+		}
+		if len(rec) == 0 {
+			return fmt.Errorf("kubelease: internal error: an empty record for node IDs from %d", f)
+		}
+	}
+	if ch.Release && c == nil {
+		return errors.New("kubelease: internal error: a release without a claim")
+	}
+	if len(ch.Claim) > 0 && c != nil {
+		return errors.New("kubelease: internal error: a claim while holding one")
+	}
+	for i, f := range ch.Claim {
+		if !read[f] || f != ch.Claim[0]+int64(i)*s.layout.Size {
+			return fmt.Errorf("kubelease: internal error: blocks %v to claim are not consecutive blocks read", ch.Claim)
+		}
+	}
+	return nil
+}
+
+// newIdentity returns the holderIdentity of a new claim: the holder
+// (pod name and UID) and a random token of the claim.
+func (s *Store) newIdentity() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return s.holder + " claim " + hex.EncodeToString(b)
+}
+
+// createFleet creates the fleet object, without a marker: a fleet never
+// seen, or one whose objects were deleted.
+func (s *Store) createFleet(ctx context.Context) error {
+	l := &lease{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Metadata: objectMeta{Name: s.name, Labels: s.labels()}}
+	_, err := s.c.do(ctx, http.MethodPost, s.leasesPath(), nil, l, nil)
+	if isCode(err, http.StatusConflict) {
+		return nil // created meanwhile
+	}
+	return err
+}
+
+// claim claims block f, whose object was read as cur (nil: none): a
+// create, or an update conditioned on the resource version read. It
+// returns the object as written.
+func (s *Store) claim(ctx context.Context, f int64, cur *lease, identity string) (*lease, error) {
+	now := microTime(s.now())
+	var l lease
+	if cur != nil {
+		l = *cur
+	} else {
+		l = lease{Metadata: objectMeta{Name: BlockName(s.name, f)}}
+	}
+	l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
+	l.Metadata.Labels = mergeLabels(l.Metadata.Labels, s.labels())
+	if l.holder() != "" && l.holder() != identity {
+		l.Spec.LeaseTransitions = i32p(transitions(&l) + 1)
+	}
+	l.Spec.HolderIdentity = strp(identity)
+	l.Spec.LeaseDurationSeconds = i32p(int32(s.ttl / time.Second))
+	l.Spec.AcquireTime, l.Spec.RenewTime = now, now
+	var out lease
+	var err error
+	if cur == nil {
+		_, err = s.c.do(ctx, http.MethodPost, s.leasesPath(), nil, &l, &out)
+	} else {
+		_, err = s.c.do(ctx, http.MethodPut, s.leasePath(l.Metadata.Name), nil, &l, &out)
+	}
+	if isCode(err, http.StatusConflict) {
+		return nil, fmt.Errorf("kubelease: %s/%s changed since it was read: node IDs %d-%d: %w", s.ns, l.Metadata.Name, f, f+s.layout.Size-1, randflake.ErrBlockHeld)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func transitions(l *lease) int32 {
+	if l.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return *l.Spec.LeaseTransitions
+}
+
+func mergeLabels(have, want map[string]string) map[string]string {
+	if have == nil {
+		have = map[string]string{}
+	}
+	for k, v := range want {
+		have[k] = v
+	}
+	return have
+}
+
+// undo frees the claims of a step that did not commit, best effort: a
+// claim left behind lapses after its TTL.
+func (s *Store) undo(claimed []*lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout())
+	defer cancel()
+	for _, l := range claimed {
+		free(l)
+		s.c.do(ctx, http.MethodPut, s.leasePath(l.Metadata.Name), nil, l, nil)
+	}
+}
+
+// free clears the claim of l.
+func free(l *lease) {
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil, nil, nil
+}
+
+// commit writes the step to the fleet object, read as fleet: the marker
+// (nil: unchanged) and the pending writes, conditioned on the resource
+// version read. errConflict: another step committed first.
+func (s *Store) commit(ctx context.Context, fleet *lease, marker []byte, p *pending) (*lease, error) {
+	l := *fleet
+	l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
+	l.Metadata.Annotations = copyMap(fleet.Metadata.Annotations)
+	if marker != nil {
+		l.Metadata.Annotations[AnnotationMarker] = string(marker)
+	}
+	if len(p.Records) > 0 || len(p.Release) > 0 {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		l.Metadata.Annotations[AnnotationPending] = string(raw)
+	}
+	var out lease
+	_, err := s.c.do(ctx, http.MethodPut, s.leasePath(s.name), nil, &l, &out)
+	if isCode(err, http.StatusConflict) || isCode(err, http.StatusNotFound) {
+		return nil, errConflict
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m)+2)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func rvOf(l *lease) uint64 {
+	n, _ := strconv.ParseUint(l.Metadata.ResourceVersion, 10, 64)
+	return n
+}
+
+// pendingOf returns the pending step on the fleet object, with the
+// object's resource version (the step's commit), or nil. A pending step
+// that cannot be read is dropped when it is written out (see
+// rollForward): it names nothing to write.
+func (s *Store) pendingOf(fleet *lease) (*pending, uint64) {
+	raw, ok := fleet.Metadata.Annotations[AnnotationPending]
+	if !ok {
+		return nil, 0
+	}
+	p := &pending{}
+	if json.Unmarshal([]byte(raw), p) != nil {
+		p = &pending{} // unreadable: an edit; the marker's digest tells
+	}
+	return p, rvOf(fleet)
+}
+
+// rollForward writes a committed step, p, committed at the fleet
+// object's resource version rev, to the blocks' objects, then removes it
+// from the fleet object. Each block's object records the commit it last
+// took (AnnotationStep), so that the writes are done once, and never
+// after a later commit's.
+func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev uint64) error {
+	firsts := map[int64]bool{}
+	for k := range p.Records {
+		f, err := strconv.ParseInt(k, 10, 64)
+		if err == nil {
+			firsts[f] = true
+		}
+	}
+	release := map[int64]bool{}
+	for _, f := range p.Release {
+		firsts[f], release[f] = true, true
+	}
+	order := make([]int64, 0, len(firsts))
+	for f := range firsts {
+		order = append(order, f)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	for _, f := range order {
+		rec, hasRec := p.Records[strconv.FormatInt(f, 10)]
+		if err := s.writeBlock(ctx, f, rev, rec, hasRec, release[f], p.Holder); err != nil {
+			return err
+		}
+	}
+	// Remove the step from the fleet object, unless a later write did.
+	cur := fleet
+	for try := 0; try < maxSteps; try++ {
+		if _, ok := cur.Metadata.Annotations[AnnotationPending]; !ok || rvOf(cur) != rev {
+			return nil
+		}
+		l := *cur
+		l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
+		l.Metadata.Annotations = copyMap(cur.Metadata.Annotations)
+		delete(l.Metadata.Annotations, AnnotationPending)
+		_, err := s.c.do(ctx, http.MethodPut, s.leasePath(s.name), nil, &l, nil)
+		if err == nil || isCode(err, http.StatusNotFound) {
+			return nil
+		}
+		if !isCode(err, http.StatusConflict) {
+			return err
+		}
+		var next lease
+		if _, err := s.c.do(ctx, http.MethodGet, s.leasePath(s.name), nil, nil, &next); err != nil {
+			if isCode(err, http.StatusNotFound) {
+				return nil
+			}
+			return err
+		}
+		cur = &next
+	}
+	return fmt.Errorf("kubelease: the fleet object %s/%s changed under %d writes in a row: %w", s.ns, s.name, maxSteps, randflake.ErrStoreConflict)
+}
+
+// writeBlock writes one block's part of the commit rev: its record (if
+// hasRec) and, if release, frees its claim by holder.
+func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string, hasRec, release bool, holder string) error {
+	name := BlockName(s.name, f)
+	for try := 0; try < maxSteps; try++ {
+		var cur lease
+		_, err := s.c.do(ctx, http.MethodGet, s.leasePath(name), nil, nil, &cur)
+		missing := isCode(err, http.StatusNotFound)
+		if err != nil && !missing {
+			return err
+		}
+		if missing && !hasRec {
+			return nil // nothing to free
+		}
+		if missing {
+			cur = lease{Metadata: objectMeta{Name: name}}
+		}
+		if done, _ := strconv.ParseUint(cur.Metadata.Annotations[AnnotationStep], 10, 64); done >= rev {
+			return nil // written already, or a later commit was
+		}
+		l := cur
+		l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
+		l.Metadata.Labels = mergeLabels(cur.Metadata.Labels, s.labels())
+		l.Metadata.Annotations = copyMap(cur.Metadata.Annotations)
+		l.Metadata.Annotations[AnnotationStep] = strconv.FormatUint(rev, 10)
+		if hasRec {
+			l.Metadata.Annotations[AnnotationRecord] = rec
+		}
+		if release && l.holder() == holder {
+			free(&l)
+		}
+		if missing {
+			_, err = s.c.do(ctx, http.MethodPost, s.leasesPath(), nil, &l, nil)
+		} else {
+			_, err = s.c.do(ctx, http.MethodPut, s.leasePath(name), nil, &l, nil)
+		}
+		if err == nil {
+			return nil
+		}
+		if !isCode(err, http.StatusConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("kubelease: %s/%s changed under %d writes in a row: %w", s.ns, name, maxSteps, randflake.ErrStoreConflict)
+}
+
+// Renew renews the claim: for each of its blocks' objects, a read and an
+// update of renewTime conditioned on the resource version read, within a
+// third of the TTL. It checks this machine's clock against the API
+// server's Date header, and reports the resource version of the last
+// update as the store's position. A claim whose object is gone or names
+// another holder is ErrLeaseLost, reported with the identity and position
+// a list then finds (if the server answers it), so that a claim lost to a
+// restored etcd is known as the rollback it is.
+func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+	c, err := s.held(held)
+	if err != nil {
+		return randflake.StoreIdentity{}, err
+	}
+	if c == nil {
+		return randflake.StoreIdentity{}, errors.New("kubelease: renewal without a claim")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opTimeout())
+	defer cancel()
+	var pos uint64
+	var last reply
+	for _, f := range c.blocks {
+		name := BlockName(s.name, f)
+		done := false
+		for try := 0; try < maxSteps && !done; try++ {
+			var cur lease
+			_, err := s.c.do(ctx, http.MethodGet, s.leasePath(name), nil, nil, &cur)
+			if isCode(err, http.StatusNotFound) {
+				return s.lostIdentity(ctx), s.lost(c, f, "its Lease object was deleted")
+			}
+			if err != nil {
+				return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
+			}
+			if cur.holder() != c.identity {
+				return s.lostIdentity(ctx), s.lost(c, f, fmt.Sprintf("its Lease object names the holder %q", cur.holder()))
+			}
+			cur.APIVersion, cur.Kind = "coordination.k8s.io/v1", "Lease"
+			cur.Spec.RenewTime = microTime(s.now())
+			cur.Spec.LeaseDurationSeconds = i32p(int32(s.ttl / time.Second))
+			var out lease
+			rep, err := s.c.do(ctx, http.MethodPut, s.leasePath(name), nil, &cur, &out)
+			if isCode(err, http.StatusConflict) {
+				continue // a committed step's record was written meanwhile
+			}
+			if err != nil {
+				return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
+			}
+			pos, last, done = rvOf(&out), rep, true
+		}
+		if !done {
+			return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %s/%s changed under %d updates in a row", f, f+s.layout.Size-1, s.ns, name, maxSteps)
+		}
+	}
+	if err := checkSkew(last, s.skew); err != nil {
+		return randflake.StoreIdentity{}, fmt.Errorf("%w (renewing node IDs %d-%d in %s)", err, c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns)
+	}
+	return randflake.StoreIdentity{ID: s.identity(), Position: pos}, nil
+}
+
+// lostIdentity returns the identity and position a list finds, or none if
+// the server does not answer: the fleet object's UID ("" if it is gone)
+// and the list's resource version.
+func (s *Store) lostIdentity(ctx context.Context) randflake.StoreIdentity {
+	sn, err := s.list(ctx)
+	if err != nil {
+		return randflake.StoreIdentity{}
+	}
+	id := randflake.StoreIdentity{Position: sn.rev}
+	if sn.fleet != nil {
+		id.ID = sn.fleet.Metadata.UID
+	}
+	return id
+}
