@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strings"
@@ -14,13 +15,40 @@ import (
 // kernelsRun records the kernels forEachKernel has run tests under.
 var kernelsRun sync.Map
 
+// archKernels lists every kernel of this architecture, fastest first,
+// whether or not this build and CPU can run it.
+func archKernels() []string {
+	switch runtime.GOARCH {
+	case "amd64":
+		return []string{"avx512", "avx2", "generic"}
+	case "arm64":
+		return []string{"neon", "generic"}
+	}
+	return []string{"generic"}
+}
+
 // forEachKernel runs f as a subtest under every kernel this CPU can run,
 // with the package's active kernel forced to it: the generator, batch,
 // Local and fuzz tests run on every implementation in one go test, not
-// only on the one the CPU selects. f must not call t.Parallel.
+// only on the one the CPU selects. The architecture's other kernels show
+// as skipped subtests, with the reason. f must not call t.Parallel.
 func forEachKernel(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
+	can := map[string]kernel{}
 	for _, k := range kernels() {
+		can[k.name] = k
+	}
+	for _, name := range archKernels() {
+		k, ok := can[name]
+		if !ok {
+			t.Run(name, func(t *testing.T) {
+				if puregoBuild {
+					t.Skipf("kernel %s: the purego build has no assembly kernels", name)
+				}
+				t.Skipf("kernel %s: this CPU cannot run it (a CPU feature it needs is missing or turned off by GODEBUG); it runs %v", name, Kernels())
+			})
+			continue
+		}
 		t.Run(k.name, func(t *testing.T) {
 			saved := activeKernel
 			activeKernel = k
@@ -36,13 +64,27 @@ func TestMain(m *testing.M) {
 	if referenceMissing.Load() {
 		fmt.Fprintln(os.Stderr, "note: the reference implementation's vectors were not found beside the checkout (set RANDFLAKE_VECTORS); compatibility was checked against "+goldenPath+" only")
 	}
-	if code == 0 && flag.Lookup("test.run").Value.String() == "" {
+	if code == 0 && fullRun() {
 		if err := checkKernelsRun(); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL:", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// fullRun reports whether this run ran every test: no -run or -skip
+// pattern, no -list, and the kernel tests ran (so not, for instance, a
+// run of benchmarks only).
+func fullRun() bool {
+	for _, name := range []string{"test.run", "test.skip", "test.list"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
+			return false
+		}
+	}
+	ran := false
+	kernelsRun.Range(func(any, any) bool { ran = true; return false })
+	return ran
 }
 
 // checkKernelsRun fails a full test run in which a kernel this CPU should
@@ -125,5 +167,17 @@ func TestKernelOverrideError(t *testing.T) {
 	activeKernel = selectKernel("generic")
 	if err := KernelOverrideError(); err != nil {
 		t.Errorf("generic forced: %v", err)
+	}
+}
+
+// The test binary run with -test.list (go test -list) lists the tests and
+// succeeds: the check that every kernel ran applies only to full runs.
+func TestListSucceeds(t *testing.T) {
+	out, err := exec.Command(os.Args[0], "-test.list=^TestGoldenVectors$").CombinedOutput()
+	if err != nil {
+		t.Fatalf("test binary -test.list: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "TestGoldenVectors\n") {
+		t.Errorf("test binary -test.list does not list TestGoldenVectors:\n%s", out)
 	}
 }
