@@ -15,14 +15,15 @@ committed() { sha256sum BENCHMARKS.md bench/results/* 2>/dev/null || true; }
 committed >"$tmp/before"
 
 cd bench
-go vet ./cmd/benchreport
-go test -count=1 ./cmd/benchreport
+go vet ./cmd/benchreport ./cmd/loadgen
+go test -count=1 ./cmd/benchreport ./cmd/loadgen
 go run ./cmd/benchreport -short -out "$tmp/smoke"
 go run ./cmd/benchreport -verify
 cd ..
 
 # The service benchmark (bench/service.sh) in its quick mode: serve, the
-# load suite and the bare handler, end to end, in well under 20 s.
+# load generator's suite (bench/cmd/loadgen) and the bare handler, end to
+# end, in well under 20 s.
 bash bench/service.sh --quick >"$tmp/service.out" || { cat "$tmp/service.out" >&2; exit 1; }
 for want in 'binary batches of 1,048,576' 'JSON batches of 10,000' 'single IDs (JSON)' 'bare net/http handler, same body' \
 	'single IDs at 5000 requests/s' 'binary, verified: 8 batches decoded' 'single IDs: service/bare requests/s = ' 'ratio service/bare requests/s: '; do

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Instructions per single-ID request in the server process, for
 # `randflake serve` and for the bare net/http handler of
-# `randflake load --serve-bare`, each run under valgrind's callgrind:
+# the load generator's `loadgen --serve-bare` (bench/cmd/loadgen), each run under valgrind's callgrind:
 # counts that hardly change with what else the machine runs, unlike
 # requests per second on a shared machine. Each server gets 500 requests to
 # warm up, then its counters are zeroed, it serves N requests (one
-# connection, `randflake load --verify=false`) and its counters are dumped.
+# connection, `loadgen --verify=false`) and its counters are dumped.
 # The counts include the server's background goroutines during those
 # requests. Both servers run with GOMAXPROCS=1, without which the
 # scheduler's spinning while it waits for the next request adds an amount
@@ -28,15 +28,17 @@ cleanup() {
 }
 trap cleanup EXIT
 go build -C cmd/randflake -o "$tmp/randflake" .
+go build -C bench -o "$tmp/loadgen" ./cmd/loadgen
 rf=$tmp/randflake
+lg=$tmp/loadgen
 
-# measure NAME ARGS...: prints the instructions per request of randflake ARGS.
+# measure NAME BIN ARGS...: prints the instructions per request of BIN ARGS.
 measure() {
-	local name=$1 log=$tmp/$1.log addr="" total
-	shift
+	local name=$1 bin=$2 log=$tmp/$1.log addr="" total
+	shift 2
 	rm -f "$tmp/$name.out"*
 	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 RANDFLAKE_STATE_DIR=$tmp/state-$name valgrind --tool=callgrind \
-		--callgrind-out-file="$tmp/$name.out.%p" "$rf" "$@" 2>"$log" &
+		--callgrind-out-file="$tmp/$name.out.%p" "$bin" "$@" 2>"$log" &
 	pid=$!
 	for _ in $(seq 600); do
 		addr=$(sed -n 's#.*\(msg=serving addr=\|bare handler on http://\)\([0-9.]*:[0-9]*\).*#\2#p' "$log" | head -n 1)
@@ -44,9 +46,9 @@ measure() {
 		sleep 0.1
 	done
 	[ -n "$addr" ] || { echo "service-instructions.sh: $name did not start:" >&2; cat "$log" >&2; exit 1; }
-	"$rf" load --url "http://$addr" --verify=false --concurrency 1 --requests 500 --duration 60s >/dev/null
+	"$lg" --url "http://$addr" --verify=false --concurrency 1 --requests 500 --duration 60s >/dev/null
 	callgrind_control -z "$pid" >/dev/null 2>&1
-	"$rf" load --url "http://$addr" --verify=false --concurrency 1 --requests "$n" --duration 60s >/dev/null
+	"$lg" --url "http://$addr" --verify=false --concurrency 1 --requests "$n" --duration 60s >/dev/null
 	callgrind_control -d "$pid" >/dev/null 2>&1
 	for _ in $(seq 100); do
 		total=$(cat "$tmp/$name.out".* 2>/dev/null | sed -n 's/^\(summary\|totals\): *//p' | head -n 1)
@@ -61,7 +63,7 @@ measure() {
 
 echo "instructions per single-ID JSON request in the server process ($n requests, one connection; commit $(git rev-parse --short HEAD))"
 for r in $(seq "$rounds"); do
-	s=$(measure serve serve --listen 127.0.0.1:0)
-	b=$(measure bare load --serve-bare 127.0.0.1:0)
+	s=$(measure serve "$rf" serve --listen 127.0.0.1:0)
+	b=$(measure bare "$lg" --serve-bare 127.0.0.1:0)
 	awk -v s="$s" -v b="$b" -v r="$r" 'BEGIN { printf "round %d: serve %d, bare handler %d, bare/serve %.3f\n", r, s, b, b / s }'
 done

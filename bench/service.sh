@@ -2,7 +2,8 @@
 # The ID service against its limit, in one run: builds randflake, starts
 # `randflake serve` on a loopback port with a fresh state directory (the
 # default claim of 1,024 node IDs: a ceiling of 1,024 x 131,072 =
-# 134,217,728 IDs a second), and runs `randflake load --suite` against it:
+# 134,217,728 IDs a second), and runs the bench module's load generator
+# (bench/cmd/loadgen) with --suite against it:
 # binary batches of 1,048,576, JSON batches of 10,000, single IDs unpaced
 # and at 5,000 requests/s, the same single-ID load against a bare net/http
 # handler, and a verified binary check; then the single-ID comparison again
@@ -46,7 +47,9 @@ cleanup() {
 trap cleanup EXIT
 
 go build -C cmd/randflake -o "$tmp/randflake" .
+go build -C bench -o "$tmp/loadgen" ./cmd/loadgen
 rf=$tmp/randflake
+lg=$tmp/loadgen
 
 # addr_from LOG PATTERN: waits up to 30 s for a line of LOG matching
 # PATTERN and prints the host:port that follows it.
@@ -66,7 +69,7 @@ RANDFLAKE_STATE_DIR=$tmp/state "$rf" serve --listen 127.0.0.1:0 2>"$tmp/serve.lo
 pids+=($!)
 svc=http://$(addr_from "$tmp/serve.log" 'msg=serving addr=')
 
-"$rf" load --serve-bare 127.0.0.1:0 2>"$tmp/bare.log" &
+"$lg" --serve-bare 127.0.0.1:0 2>"$tmp/bare.log" &
 pids+=($!)
 bare=http://$(addr_from "$tmp/bare.log" 'bare handler on http://')
 
@@ -77,12 +80,12 @@ echo "machine: ${cpu:-unknown CPU}, $(nproc) logical CPUs, load average $(cut -d
 echo "service: randflake serve on $svc, 1,024 node IDs: ceiling 1,024 x 131,072 = 134,217,728 IDs/s"
 echo "command: bench/service.sh $([ $quick = 1 ] && echo --quick || echo "--duration $duration --concurrency $concurrency")"
 echo
-"$rf" load --url "$svc" --suite --duration "$duration" --concurrency "$concurrency" | tee "$tmp/suite.out"
+"$lg" --url "$svc" --suite --duration "$duration" --concurrency "$concurrency" | tee "$tmp/suite.out"
 grep -q '^single IDs: service/bare requests/s = ' "$tmp/suite.out" || { echo "service.sh: the suite printed no ratio" >&2; exit 1; }
 echo "(a run of D seconds touches D+1 wall-clock seconds, so short runs may pass the per-second ceiling)"
 echo
 echo "single IDs against the bare handler in a process of its own ($bare):"
-"$rf" load --url "$svc" --compare-bare --bare-url "$bare" --duration "$duration" --concurrency "$concurrency" | sed -n 's/^ratio/  ratio/p'
+"$lg" --url "$svc" --compare-bare --bare-url "$bare" --duration "$duration" --concurrency "$concurrency" | sed -n 's/^ratio/  ratio/p'
 
 if [ "$use_wrk" = 1 ]; then
 	if command -v wrk >/dev/null; then

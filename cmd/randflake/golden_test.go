@@ -122,8 +122,7 @@ func goldenCases() []goldenCase {
 		{name: "serve-env-nodes-per-pod-bad", args: []string{"serve", "--node-source", "statefulset"}, env: map[string]string{"RANDFLAKE_NODES_PER_POD": "0x"}},
 		{name: "load-help", args: []string{"load", "--help"}},
 		{name: "load-remote", args: []string{"load", "--url", "http://example.com"}},
-		{name: "load-benchfmt-suite", args: []string{"load", "--suite", "--benchfmt", "all"}},
-		{name: "load-benchfmt-bad-name", args: []string{"load", "--benchfmt", "single-8"}},
+		{name: "load-concurrency-too-high", args: []string{"load", "--concurrency", "100000"}},
 		{name: "bench-help", args: []string{"bench", "--help"}},
 
 		{name: "help-gen", args: []string{"help", "gen"}},

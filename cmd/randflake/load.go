@@ -9,59 +9,44 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/signal"
-	"regexp"
-	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"text/tabwriter"
 	"time"
 
+	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/client"
 	"github.com/randflake/randflake/statedir"
 )
 
 const loadUsage = `load [--url URL] [--format json|text|binary] [--batch N] [--concurrency C]
-     [--duration D | --requests R] [--rate Q] [--verify=false] [--compare-bare | --bare]
-     [--suite] [--cpuprofile FILE] [--benchfmt NAME]
+     [--duration D | --requests R] [--rate Q] [--verify=false]
      [--token-file FILE] [--cacert FILE] [--cert FILE --key FILE]
-   load --serve-bare ADDR [--format F] [--batch N]
 
 Sends GET /v1/ids?count=N requests to a running randflake serve, bounded in
 count and time, and reports requests and IDs per second and latency
-percentiles. By default every answer is decoded by package client, and
-every ID kept and checked for duplicates; a duplicate, a malformed answer
-or an error fails the run (exit status 1). With --verify=false each answer
-is read into a counting sink through a reused buffer instead: its status,
+percentiles. By default every answer is decoded by package client and its
+IDs checked for duplicates; a duplicate, a malformed answer or an error
+fails the run (exit status 1). With --verify=false each answer is read
+into a counting sink through a reused buffer instead: its status,
 Content-Type, length (Content-Length when sent) and number of IDs are
-checked, and nothing is kept, so that the load generator costs little.
+checked, so that the load generator costs little.
 
---compare-bare runs the same load, unverified, against the service and
-then against a bare net/http handler started in this process on a
-loopback port, which answers every request with a fixed body of the size
-and type of the service's answer (13-character IDs), and prints the ratio
-of their requests per second. --bare measures the bare handler alone;
---serve-bare ADDR only serves it, for other load generators such as wrk,
-until SIGINT or SIGTERM.
-
---suite runs, each for --duration: binary batches of 1,048,576 and JSON
-batches of 10,000 (2 connections), single IDs in JSON unpaced
-(--concurrency connections) against the service and the bare handler,
-single IDs at --rate (default 5,000) requests/s on 8 connections, and a
-verified binary check (8 batches decoded, no duplicate); then prints a
-table and the single-ID ratio.
-
---benchfmt NAME also prints the run (of the service, or with --bare of the
-bare handler) as one line in the Go benchmark format, for benchstat and
-the benchmark report:
-  BenchmarkService/NAME REQUESTS NS ns/op IDS IDs/s REQS req/s P50 p50-ms P99 p99-ms
+Bounds. The run ends within --duration (at most 60s) plus a second:
+requests still in flight at the deadline are cancelled and not counted.
+--concurrency is at most 1024. Memory is bounded whatever the run's
+length: latencies are kept in a histogram (percentiles within 2%, the
+maximum exact), and unverified answers go through a buffer of at most
+256 KiB per connection (32 MiB in all). With --verify, at most 4,194,304
+IDs may be in flight (--batch times --concurrency), and duplicates are
+looked for among the last 1,048,576 to 2,097,152 IDs received (two
+tables of 16 MiB): a duplicate within one answer, or between two IDs
+fewer than 1,048,576 IDs apart, is always caught; two equal IDs further
+apart may not be. Within one second and node range the service's IDs
+are distinct by construction, so this catches what a broken or
+misconfigured service would repeat.
 
 A service with TLS is reached at an https --url: --cacert is the CA
 certificate (PEM) that signed its certificate (default: the system's),
@@ -71,6 +56,18 @@ the two compare. --token-file is a private file holding the bearer token
 for a service with --issue-tokens-file. A 429 answer (over the client's
 share) is counted and waited out as its Retry-After asks, as is a 503 of
 kind exhausted.`
+
+// Load's bounds (see loadUsage).
+const (
+	maxLoadConcurrency = 1024
+	maxLoadDuration    = time.Minute
+	// maxVerifyInFlight is the most IDs a verified run may ask for at
+	// once: --batch times --concurrency.
+	maxVerifyInFlight = 4 << 20
+	// deadlineGrace is how long the run waits, after its deadline, for
+	// its workers to notice; it then reports without the stragglers.
+	deadlineGrace = 500 * time.Millisecond
+)
 
 // loadCmd is randflake load: a bounded load test of randflake serve.
 type loadCmd struct {
@@ -82,13 +79,6 @@ type loadCmd struct {
 	requests    int
 	rate        float64
 	verify      bool
-	compareBare bool
-	bare        bool
-	serveBare   string
-	bareURL     string
-	suite       bool
-	cpuProfile  string
-	benchfmt    string
 	tokenFile   string
 	caCert      string
 	cert        string
@@ -99,18 +89,11 @@ func (c *loadCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the service (loopback only)")
 	fs.StringVar(&c.format, "format", "json", "answer format asked for: json, text (both base32hex unless verified, then decimal) or binary")
 	fs.IntVar(&c.batch, "batch", 1, "IDs per request")
-	fs.IntVar(&c.concurrency, "concurrency", 4, "concurrent connections")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to run (at most 60s; with --suite, per measurement)")
+	fs.IntVar(&c.concurrency, "concurrency", 4, "concurrent connections (at most 1024)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to run (at most 60s)")
 	fs.IntVar(&c.requests, "requests", 0, "stop after this many requests (0: run for --duration)")
-	fs.Float64Var(&c.rate, "rate", 0, "requests per second in total (0: as fast as possible; --suite: for its paced row, default 5000)")
+	fs.Float64Var(&c.rate, "rate", 0, "requests per second in total (0: as fast as possible)")
 	fs.BoolVar(&c.verify, "verify", true, "decode every ID and check for duplicates (false: count bytes and IDs only)")
-	fs.BoolVar(&c.compareBare, "compare-bare", false, "also measure a bare net/http handler with the same load, and print the ratio")
-	fs.BoolVar(&c.bare, "bare", false, "measure only the bare net/http handler (no service needed)")
-	fs.StringVar(&c.serveBare, "serve-bare", "", "only serve the bare handler on this loopback address, until a signal")
-	fs.StringVar(&c.bareURL, "bare-url", "", "with --compare-bare, --bare or --suite: measure the bare handler of a --serve-bare at this URL instead of one in this process")
-	fs.BoolVar(&c.suite, "suite", false, "run the service's whole measurement suite and print a table")
-	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to this file")
-	fs.StringVar(&c.benchfmt, "benchfmt", "", "also print the run as the Go benchmark BenchmarkService/NAME (not with --suite, --compare-bare or --serve-bare)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "private file holding the bearer token to send (for serve --issue-tokens-file)")
 	fs.StringVar(&c.caCert, "cacert", "", "PEM CA certificate(s) to verify an https --url with (default: the system's)")
 	fs.StringVar(&c.cert, "cert", "", "PEM client certificate to present to an https --url (with --key)")
@@ -128,26 +111,18 @@ func (c *loadCmd) run(e *env, args []string) error {
 	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
 		return usagef("--url must point at this machine (127.0.0.1, localhost or ::1)")
 	}
-	if c.batch < 1 || c.concurrency < 1 || c.duration <= 0 || c.duration > time.Minute || c.requests < 0 || c.rate < 0 {
-		return usagef("--batch and --concurrency must be positive, --duration in (0, 60s], --requests and --rate not negative")
+	if c.batch < 1 || c.duration <= 0 || c.duration > maxLoadDuration || c.requests < 0 || c.rate < 0 {
+		return usagef("--batch must be positive, --duration in (0, 60s], --requests and --rate not negative")
+	}
+	if c.concurrency < 1 || c.concurrency > maxLoadConcurrency {
+		return usagef("--concurrency must be between 1 and %d", maxLoadConcurrency)
+	}
+	if c.verify && int64(c.batch)*int64(c.concurrency) > maxVerifyInFlight {
+		return usagef("--verify keeps at most %d IDs in flight, and --batch %d times --concurrency %d is more: lower either, or use --verify=false",
+			maxVerifyInFlight, c.batch, c.concurrency)
 	}
 	if c.format != "json" && c.format != "text" && c.format != "binary" {
 		return usagef("--format must be json, text or binary")
-	}
-	modes := 0
-	for _, on := range []bool{c.compareBare, c.bare, c.serveBare != "", c.suite} {
-		if on {
-			modes++
-		}
-	}
-	if modes > 1 {
-		return usagef("--compare-bare, --bare, --serve-bare and --suite exclude each other")
-	}
-	if c.benchfmt != "" && (c.suite || c.compareBare || c.serveBare != "") {
-		return usagef("--benchfmt goes with a single run: not with --suite, --compare-bare or --serve-bare")
-	}
-	if c.benchfmt != "" && !benchName.MatchString(c.benchfmt) {
-		return usagef("--benchfmt NAME: letters, digits, '-' and '_' only, not ending in -DIGITS")
 	}
 	if (c.cert == "") != (c.key == "") {
 		return usagef("--cert and --key go together")
@@ -169,83 +144,12 @@ func (c *loadCmd) run(e *env, args []string) error {
 			return err
 		}
 	}
-	if c.bareURL != "" {
-		b, err := url.Parse(c.bareURL)
-		if h := b.Hostname(); err != nil || b.Scheme != "http" || (h != "127.0.0.1" && h != "localhost" && h != "::1") {
-			return usagef("--bare-url must be an http URL on this machine")
-		}
-		cfg.BareURL = b.String()
-	}
-	if c.serveBare != "" {
-		return serveBare(e, c.serveBare, cfg)
-	}
-	if c.cpuProfile != "" {
-		f, err := os.Create(c.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	ctx := context.Background()
-	switch {
-	case c.suite:
-		return runSuite(ctx, e, cfg)
-	case c.bare:
-		cfg.Verify = false
-		rep, err := loadBare(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "bare net/http handler: %s", rep)
-		c.printBench(e, rep)
-		return nil
-	case c.compareBare:
-		cfg.Verify = false
-		svc, err := loadTest(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		bare, err := loadBare(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("bare handler: %w", err)
-		}
-		fmt.Fprintf(e.stdout, "service: %sbare net/http handler (%s, fixed %d-byte %s body): %s", svc, bareWhere(cfg), len(bareBody(cfg)), bareType(cfg.Format), bare)
-		fmt.Fprintf(e.stdout, "ratio service/bare requests/s: %.3f\n", svc.RequestsPerSecond()/bare.RequestsPerSecond())
-		return nil
-	}
-	rep, err := loadTest(ctx, cfg)
+	rep, err := loadTest(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
 	fmt.Fprint(e.stdout, rep)
-	c.printBench(e, rep)
 	return nil
-}
-
-// benchName is what --benchfmt takes: a benchmark name that the Go
-// benchmark format does not read a GOMAXPROCS suffix from.
-var benchName = regexp.MustCompile(`^[A-Za-z0-9_-]*[A-Za-z_-]$|^[A-Za-z0-9_-]*[A-Za-z_][0-9]+$`)
-
-// printBench prints rep as the benchmark line of --benchfmt, if given.
-func (c *loadCmd) printBench(e *env, rep loadReport) {
-	if c.benchfmt == "" {
-		return
-	}
-	fmt.Fprintln(e.stdout, rep.benchLine(c.benchfmt))
-}
-
-// benchLine is rep in the Go benchmark format: requests as the iteration
-// count, wall time per request, then IDs and requests per second and the
-// latency percentiles in milliseconds.
-func (r loadReport) benchLine(name string) string {
-	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 4, 64) }
-	return fmt.Sprintf("BenchmarkService/%s %d %.0f ns/op %.0f IDs/s %.1f req/s %s p50-ms %s p99-ms",
-		name, r.Requests, float64(r.Elapsed.Nanoseconds())/float64(r.Requests),
-		r.IDsPerSecond(), r.RequestsPerSecond(), ms(r.percentile(50)), ms(r.percentile(99)))
 }
 
 // loadConfig is a load test, checked.
@@ -260,9 +164,6 @@ type loadConfig struct {
 	// Verify decodes every ID (package client) and checks for duplicates;
 	// otherwise answers are counted, not decoded.
 	Verify bool
-	// BareURL is a bare handler served elsewhere (--serve-bare); "": one
-	// in this process.
-	BareURL string
 	// TLS is the client's TLS configuration for an https URL.
 	TLS *tls.Config
 	// Token, if set, is sent as a bearer token.
@@ -271,26 +172,25 @@ type loadConfig struct {
 
 // loadReport is the outcome of a load test.
 type loadReport struct {
-	Format    string
-	Batch     int
-	Verified  bool            // IDs decoded and checked for duplicates
-	Requests  int             // requests completed
-	Refused   int             // 503 answers of kind exhausted, waited out
-	Quota     int             // 429 answers (over the client's share), waited out
-	IDs       int             // IDs received (all distinct, if Verified)
-	Bytes     int64           // body bytes received
-	Elapsed   time.Duration   // the run's duration
-	Latencies []time.Duration // of every request completed, sorted
+	Format   string
+	Batch    int
+	Verified bool              // IDs decoded and checked for duplicates
+	Requests int               // requests completed
+	Refused  int               // 503 answers of kind exhausted, waited out
+	Quota    int               // 429 answers (over the client's share), waited out
+	IDs      int               // IDs received
+	Bytes    int64             // body bytes received
+	Elapsed  time.Duration     // the run's duration
+	Latency  *latencyHistogram // of every request completed
 }
 
 // percentile returns the latency below which p percent of the requests
-// completed.
+// completed (within 1%; exact for the maximum, p = 100).
 func (r loadReport) percentile(p float64) time.Duration {
-	if len(r.Latencies) == 0 {
+	if r.Latency == nil {
 		return 0
 	}
-	i := int(p / 100 * float64(len(r.Latencies)-1))
-	return r.Latencies[i]
+	return r.Latency.percentile(p)
 }
 
 // IDsPerSecond is the throughput of the run.
@@ -301,7 +201,7 @@ func (r loadReport) RequestsPerSecond() float64 { return float64(r.Requests) / r
 
 // String is the report that load prints.
 func (r loadReport) String() string {
-	checked := "all distinct"
+	checked := fmt.Sprintf("no duplicate within %d consecutive IDs", dupWindowIDs)
 	if !r.Verified {
 		checked = "counted, not decoded"
 	}
@@ -318,7 +218,8 @@ func (r loadReport) String() string {
 	return fmt.Sprintf("%s, batch %d: requests %d, IDs %d (%s), %.2fs\nthroughput %.0f IDs/s, %.0f requests/s%s\nlatency p50 %v, p90 %v, p99 %v, max %v\n",
 		r.Format, r.Batch, r.Requests, r.IDs, checked, r.Elapsed.Seconds(),
 		r.IDsPerSecond(), r.RequestsPerSecond(), mbps,
-		r.percentile(50), r.percentile(90), r.percentile(99), r.percentile(100))
+		r.percentile(50).Round(time.Microsecond), r.percentile(90).Round(time.Microsecond),
+		r.percentile(99).Round(time.Microsecond), r.percentile(100).Round(time.Microsecond))
 }
 
 // clientFormat is the client's Format for a load format.
@@ -332,8 +233,10 @@ func clientFormat(f string) client.Format {
 	return client.FormatJSON
 }
 
-// loadTest runs the load and, if cfg.Verify, checks every ID for
-// duplicates.
+// loadTest runs the load and, if cfg.Verify, checks the IDs for
+// duplicates (see dupWindow). It returns within cfg.Duration plus
+// deadlineGrace and a little: requests in flight at the deadline are
+// cancelled.
 func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	if cfg.Format == "" {
 		cfg.Format = "json"
@@ -345,7 +248,7 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency, TLSClientConfig: cfg.TLS}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	r := &loadRun{cfg: cfg}
+	r := &loadRun{cfg: cfg, lat: new(latencyHistogram)}
 	if cfg.Verify {
 		// One Fetch is one request: no prefetch, no retry, so every
 		// request's latency shows.
@@ -357,7 +260,7 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 			return loadReport{}, err
 		}
 		defer cli.Close()
-		r.cli = cli
+		r.cli, r.dups = cli, newDupWindow(dupWindowIDs)
 	} else {
 		u, err := url.Parse(cfg.URL)
 		if err != nil {
@@ -372,22 +275,30 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	for range cfg.Concurrency {
 		wg.Go(func() { r.worker(ctx) })
 	}
-	wg.Wait()
-	rep := loadReport{Format: cfg.Format, Batch: cfg.Batch, Verified: cfg.Verify, Elapsed: time.Since(r.start)}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// Workers see the deadline at once, but one may be inside a step
+		// that does not (decoding a large answer): the run does not wait
+		// for it past deadlineGrace. Its result is not counted.
+		select {
+		case <-done:
+		case <-time.After(deadlineGrace):
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.over = true
+	rep := loadReport{Format: cfg.Format, Batch: cfg.Batch, Verified: cfg.Verify, Elapsed: time.Since(r.start), Latency: r.lat}
 	if r.err != nil {
 		return rep, r.err
 	}
-	if cfg.Verify {
-		slices.Sort(r.ids)
-		for i := 1; i < len(r.ids); i++ {
-			if r.ids[i] == r.ids[i-1] {
-				return rep, fmt.Errorf("duplicate ID %d among %d", r.ids[i], len(r.ids))
-			}
-		}
-		r.count = len(r.ids)
-	}
-	slices.Sort(r.lat)
-	rep.Requests, rep.IDs, rep.Bytes, rep.Latencies, rep.Refused, rep.Quota = len(r.lat), r.count, r.bytes, r.lat, r.refused, r.quota
+	rep.Requests, rep.IDs, rep.Bytes, rep.Refused, rep.Quota = r.requests, r.count, r.bytes, r.refused, r.quota
 	if rep.Requests == 0 {
 		return rep, errors.New("no request completed")
 	}
@@ -398,36 +309,30 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 type loadRun struct {
 	cfg    loadConfig
 	cli    *client.Client // with Verify
+	dups   *dupWindow     // with Verify
 	hc     *http.Client   // without Verify
 	reqURL string         // without Verify
 	start  time.Time
+	lat    *latencyHistogram
 
-	mu      sync.Mutex
-	ids     []int64         // every ID received, with Verify
-	count   int             // IDs received
-	refused int             // 503 answers of kind exhausted
-	quota   int             // 429 answers
-	bytes   int64           // body bytes received
-	lat     []time.Duration // of every request completed
-	sent    int             // requests started
-	err     error           // the first failure
+	mu       sync.Mutex
+	over     bool  // the report is made: nothing more is counted
+	requests int   // requests completed
+	count    int   // IDs received
+	refused  int   // 503 answers of kind exhausted
+	quota    int   // 429 answers
+	bytes    int64 // body bytes received
+	sent     int   // requests started
+	err      error // the first failure
 }
 
-// worker makes requests until the run is over, then adds its IDs and
-// latencies to the run's.
+// worker makes requests until the run is over.
 func (r *loadRun) worker(ctx context.Context) {
 	var (
-		ids     []int64
-		lat     []time.Duration
-		count   int
-		refused int
-		quota   int
-		bytes   int64
-		fetch   func() (int, int64, error)
-		last    []int64 // the IDs of the last Fetch, with Verify
+		fetch func() (int, int64, error)
+		last  []int64 // the IDs of the last Fetch, with Verify
 	)
 	if r.cli != nil {
-		ids = make([]int64, 0, 1024)
 		fetch = func() (int, int64, error) {
 			got, err := r.cli.Fetch(ctx)
 			if err == nil && len(got) != r.cfg.Batch {
@@ -439,16 +344,6 @@ func (r *loadRun) worker(ctx context.Context) {
 	} else {
 		fetch = newCounter(ctx, r.hc, r.reqURL, r.cfg).fetch
 	}
-	defer func() {
-		r.mu.Lock()
-		r.ids = append(r.ids, ids...)
-		r.lat = append(r.lat, lat...)
-		r.count += count
-		r.refused += refused
-		r.quota += quota
-		r.bytes += bytes
-		r.mu.Unlock()
-	}()
 	for {
 		due, ok := r.claim()
 		if !ok {
@@ -469,7 +364,7 @@ func (r *loadRun) worker(ctx context.Context) {
 		if exhausted(err) {
 			// The service is at its limit for this second: counted, and
 			// waited out as the answer's Retry-After asks.
-			refused++
+			r.record(func() { r.refused++ })
 			if waitNextSecond(ctx); ctx.Err() != nil {
 				return
 			}
@@ -477,7 +372,7 @@ func (r *loadRun) worker(ctx context.Context) {
 		}
 		if wait, ok := overQuota(err); ok {
 			// Over this client's share: counted, and waited out.
-			quota++
+			r.record(func() { r.quota++ })
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():
@@ -489,10 +384,29 @@ func (r *loadRun) worker(ctx context.Context) {
 			r.fail(err)
 			return
 		}
-		lat = append(lat, time.Since(t0))
-		ids = append(ids, last...)
-		count += n
-		bytes += b
+		lat := time.Since(t0)
+		if r.dups != nil {
+			if id, dup := r.dups.add(last); dup {
+				r.fail(fmt.Errorf("duplicate ID %d (%s)", id, randflake.EncodeString(id)))
+				return
+			}
+			last = nil
+		}
+		r.record(func() {
+			r.lat.add(lat)
+			r.requests++
+			r.count += n
+			r.bytes += b
+		})
+	}
+}
+
+// record runs f, which counts into the run, unless the report is made.
+func (r *loadRun) record(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.over {
+		f()
 	}
 }
 
@@ -503,7 +417,7 @@ func (r *loadRun) worker(ctx context.Context) {
 func (r *loadRun) claim() (due time.Time, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil || (r.cfg.Requests > 0 && r.sent >= r.cfg.Requests) {
+	if r.over || r.err != nil || (r.cfg.Requests > 0 && r.sent >= r.cfg.Requests) {
 		return time.Time{}, false
 	}
 	if r.cfg.Rate > 0 {
@@ -517,7 +431,7 @@ func (r *loadRun) claim() (due time.Time, ok bool) {
 func (r *loadRun) fail(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err == nil {
+	if r.err == nil && !r.over {
 		r.err = err
 	}
 }
@@ -538,11 +452,13 @@ func newCounter(ctx context.Context, hc *http.Client, reqURL string, cfg loadCon
 	if err != nil {
 		panic(err) // reqURL was made from a parsed URL
 	}
-	req.Header.Set("Accept", bareType(cfg.Format))
+	req.Header.Set("Accept", contentType(cfg.Format))
 	if cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+cfg.Token)
 	}
-	c := &counter{hc: hc, req: req, cfg: cfg, ctype: bareType(cfg.Format), buf: make([]byte, 256<<10)}
+	// At most 256 KiB per connection, 32 MiB in all.
+	size := min(256<<10, max(4<<10, (32<<20)/cfg.Concurrency))
+	c := &counter{hc: hc, req: req, cfg: cfg, ctype: contentType(cfg.Format), buf: make([]byte, size)}
 	switch cfg.Format {
 	case "json":
 		c.sink.scan = '"'
@@ -694,8 +610,8 @@ func (s *countingSink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// bareType is the Content-Type of answers in format f.
-func bareType(f string) string {
+// contentType is the Content-Type of answers in format f.
+func contentType(f string) string {
 	switch f {
 	case "binary":
 		return "application/octet-stream"
@@ -703,169 +619,4 @@ func bareType(f string) string {
 		return "text/plain"
 	}
 	return "application/json"
-}
-
-// bareID stands for an ID in the bare handler's bodies: 13 characters, the
-// length of most IDs in base32hex.
-const bareID = "0123456789abc"
-
-// bareBody is the bare handler's fixed answer: the size and form of the
-// service's answer to cfg's requests.
-func bareBody(cfg loadConfig) []byte {
-	switch cfg.Format {
-	case "binary":
-		return make([]byte, 8*cfg.Batch)
-	case "text":
-		return bytes.Repeat([]byte(bareID+"\n"), cfg.Batch)
-	}
-	b := []byte(`{"ids":[`)
-	for i := range cfg.Batch {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `"`+bareID+`"`...)
-	}
-	return append(b, "]}\n"...)
-}
-
-// bareHandler is the bare net/http handler: the fixed body of bareBody
-// with its Content-Type, as the simplest handler would write it. Its
-// text/plain carries a charset, as the service's does.
-func bareHandler(cfg loadConfig) http.Handler {
-	body, ctype := bareBody(cfg), bareType(cfg.Format)
-	if cfg.Format == "text" {
-		ctype += "; charset=utf-8"
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", ctype)
-		w.Write(body)
-	})
-}
-
-// startBare serves the bare handler on addr and returns its listener.
-func startBare(addr string, cfg loadConfig) (net.Listener, *http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, err
-	}
-	srv := &http.Server{Handler: bareHandler(cfg), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	return ln, srv, nil
-}
-
-// loadBare runs cfg's load, unverified, against a bare handler started on
-// a loopback port of this process.
-func loadBare(ctx context.Context, cfg loadConfig) (loadReport, error) {
-	if cfg.BareURL != "" {
-		cfg.URL, cfg.Verify = cfg.BareURL, false
-		return loadTest(ctx, cfg)
-	}
-	ln, srv, err := startBare("127.0.0.1:0", cfg)
-	if err != nil {
-		return loadReport{}, err
-	}
-	defer srv.Close()
-	cfg.URL, cfg.Verify = "http://"+ln.Addr().String(), false
-	return loadTest(ctx, cfg)
-}
-
-// bareWhere says where the bare handler runs.
-func bareWhere(cfg loadConfig) string {
-	if cfg.BareURL != "" {
-		return cfg.BareURL
-	}
-	return "in this process"
-}
-
-// serveBare serves the bare handler on addr until a signal.
-func serveBare(e *env, addr string, cfg loadConfig) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil || (host != "127.0.0.1" && host != "localhost" && host != "::1") {
-		return usagef("--serve-bare needs a loopback address such as 127.0.0.1:18091")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ln, srv, err := startBare(addr, cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stderr, "bare handler on http://%s: fixed %d-byte %s body\n", ln.Addr(), len(bareBody(cfg)), bareType(cfg.Format))
-	<-ctx.Done()
-	return srv.Close()
-}
-
-// suiteRow is one measurement of the suite.
-type suiteRow struct {
-	name string
-	cfg  loadConfig
-	bare bool
-}
-
-// runSuite measures the service's rows (see loadUsage) and prints the
-// table.
-func runSuite(ctx context.Context, e *env, base loadConfig) error {
-	rate := base.Rate
-	if rate == 0 {
-		rate = 5000
-	}
-	row := func(name, format string, batch, conns int, rate float64, verify, bare bool) suiteRow {
-		c := base
-		c.Format, c.Batch, c.Concurrency, c.Rate, c.Verify, c.Requests = format, batch, conns, rate, verify, 0
-		return suiteRow{name: name, cfg: c, bare: bare}
-	}
-	rows := []suiteRow{
-		row("binary batches of 1,048,576", "binary", 1<<20, 2, 0, false, false),
-		row("JSON batches of 10,000", "json", 10000, 2, 0, false, false),
-		row("single IDs (JSON)", "json", 1, base.Concurrency, 0, false, false),
-		row("bare net/http handler, same body", "json", 1, base.Concurrency, 0, false, true),
-		row(fmt.Sprintf("single IDs at %.0f requests/s", rate), "json", 1, 8, rate, false, false),
-	}
-	check := row("binary, verified: 8 batches decoded", "binary", 1<<20, 2, 0, true, false)
-	check.cfg.Requests = 8
-	rows = append(rows, check)
-
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "measurement\tconnections\trequests/s\tIDs/s\tMB/s\tp50\tp99\t503 exhausted\t")
-	var single, bare float64
-	for i, r := range rows {
-		if i > 0 {
-			// Each row starts on a second of its own, unused by the last.
-			waitNextSecond(ctx)
-		}
-		var rep loadReport
-		var err error
-		if r.bare {
-			rep, err = loadBare(ctx, r.cfg)
-		} else {
-			rep, err = loadTest(ctx, r.cfg)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", r.name, err)
-		}
-		switch {
-		case r.bare:
-			bare = rep.RequestsPerSecond()
-		case r.cfg.Batch == 1 && r.cfg.Rate == 0:
-			single = rep.RequestsPerSecond()
-		}
-		mbps := "-" // not counted when decoding
-		if rep.Bytes > 0 {
-			mbps = strconv.FormatFloat(float64(rep.Bytes)/rep.Elapsed.Seconds()/1e6, 'f', 1, 64)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%d\t\n", r.name, r.cfg.Concurrency, rep.RequestsPerSecond(),
-			rep.IDsPerSecond(), mbps, fmtLatency(rep.percentile(50)), fmtLatency(rep.percentile(99)), rep.Refused)
-	}
-	tw.Flush()
-	fmt.Fprintf(e.stdout, "single IDs: service/bare requests/s = %.3f (bare handler %s; target at least 0.9)\n", single/bare, bareWhere(base))
-	return nil
-}
-
-// fmtLatency prints d in ms with 3 significant digits.
-func fmtLatency(d time.Duration) string {
-	ms := float64(d) / 1e6
-	s := strconv.FormatFloat(ms, 'g', 3, 64)
-	if strings.Contains(s, "e") {
-		s = strconv.FormatFloat(ms, 'f', 1, 64)
-	}
-	return s + " ms"
 }

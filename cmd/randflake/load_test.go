@@ -60,34 +60,6 @@ func TestLoadFormats(t *testing.T) {
 	}
 }
 
-// The bare handler answers with the size and type of the service's
-// answer, which the unverified load accepts as the service's.
-func TestLoadBare(t *testing.T) {
-	for _, c := range []struct {
-		format string
-		batch  int
-		size   int
-	}{{"json", 1, 26}, {"json", 3, 8 + 3*15 + 2 + 3}, {"text", 2, 28}, {"binary", 5, 40}} {
-		cfg := loadConfig{Format: c.format, Batch: c.batch, Concurrency: 2, Duration: 10 * time.Second, Requests: 10}
-		if n := len(bareBody(cfg)); n != c.size {
-			t.Errorf("%s batch %d: bare body of %d bytes, want %d", c.format, c.batch, n, c.size)
-		}
-		rep, err := loadBare(context.Background(), cfg)
-		if err != nil || rep.Requests != 10 || rep.IDs != 10*c.batch || rep.Bytes != int64(10*c.size) {
-			t.Errorf("%s batch %d: %+v, %v", c.format, c.batch, rep, err)
-		}
-	}
-	// The service's single-ID JSON answer is the bare body's size.
-	resp, err := http.Get(loadService(t) + "/v1/ids")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if n := resp.ContentLength; n != 26 && n != 25 && n != 24 {
-		t.Errorf("single-ID answer of %d bytes", n)
-	}
-}
-
 // An answer that is not what was asked for fails the run with a message
 // that says so; a 503 of kind exhausted is counted and waited out.
 func TestLoadBadAnswers(t *testing.T) {

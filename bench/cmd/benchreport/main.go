@@ -1,6 +1,7 @@
 // Command benchreport runs randflake's benchmarks (the Sparx-64 kernels,
 // every one the CPU supports; the generators under each kernel; the peer
-// comparison; once per run, randflake serve under randflake load) on this
+// comparison; once per run, randflake serve under the load generator
+// cmd/loadgen) on this
 // machine, saves the results as
 // bench/results/<machine>.json beside the raw, benchstat-compatible output,
 // and renders BENCHMARKS.md with SVG charts from every saved result.
@@ -13,8 +14,8 @@
 //	go run ./cmd/benchreport -short     # smoke test into a temp dir, checked
 //	go run ./cmd/benchreport -verify    # check the committed report is current
 //
-// -service=false leaves out the service suite. -short runs it, for about a
-// second per mode, only where randflake load has every flag it needs.
+// -service=false leaves out the service suite. -short runs it for about a
+// second per mode.
 //
 // Rendering needs nothing but the saved JSON files; the charts are drawn by
 // this program.
@@ -80,7 +81,7 @@ func run(args []string) error {
 	fs.StringVar(&o.exec, "exec", "", "run the test binaries through this program, as go test -exec does (e.g. qemu-aarch64-static)")
 	fs.StringVar(&o.note, "note", "", "a remark about the machine, saved with the results and shown in the report")
 	fs.BoolVar(&o.allowEmulated, "allow-emulated", false, "save results even when running under an emulator (the report leaves them out)")
-	fs.BoolVar(&o.service, "service", true, "measure randflake serve under randflake load once per run (-short: only where load has every flag the suite needs, unless set)")
+	fs.BoolVar(&o.service, "service", true, "measure randflake serve under the load generator (cmd/loadgen) once per run (-short: about a second per mode)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -246,7 +246,7 @@ func TestRenderOldResults(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Not measured in this run, on CPU Test CPU test-amd64-00000001 (4 threads).",
-		"| binary batches of 1,048,576 IDs | not measured | not measured | not measured | not measured | `randflake load --url http://127.0.0.1:$PORT --batch 1048576 --concurrency 2 --format binary --verify=false --duration 5s --benchfmt batch-binary` |\n",
+		"| binary batches of 1,048,576 IDs | not measured | not measured | not measured | not measured | `loadgen --url http://127.0.0.1:$PORT --batch 1048576 --concurrency 2 --format binary --verify=false --duration 5s --benchfmt batch-binary` |\n",
 		"- **Binary batches of 1,048,576 IDs vs the ceiling:** not measured (the ceiling, 134,217,728 IDs/s: 1,024 node IDs × 131,072 IDs per second each, the most a service holding them can hand out).\n",
 		"- **Single IDs vs the bare net/http handler:** not measured (target ≥ 90%).\n",
 		"- **p99 latency at 5,000 requests/s:** not measured (target < 2 ms).\n",
@@ -258,7 +258,7 @@ func TestRenderOldResults(t *testing.T) {
 	}
 	for _, want := range []string{
 		"on CPU Test CPU test-amd64-00000002 with 4 threads",
-		"| single IDs, paced at 5,000 requests/s | 4,990 | 4,990 | 0.6 | 1.8 | `randflake load --url http://127.0.0.1:$PORT --batch 1 --concurrency 8 --rate 5000 --verify=false --duration 5s --benchfmt single-paced` |\n",
+		"| single IDs, paced at 5,000 requests/s | 4,990 | 4,990 | 0.6 | 1.8 | `loadgen --url http://127.0.0.1:$PORT --batch 1 --concurrency 8 --rate 5000 --verify=false --duration 5s --benchfmt single-paced` |\n",
 		"- **Binary batches of 1,048,576 IDs vs the ceiling:** 62,914,600 IDs/s, 46.9% of the ceiling, 134,217,728 IDs/s: ",
 		"- **Single IDs vs the bare net/http handler:** 17,000 requests/s, 91.9% of the bare handler's 18,500 (target ≥ 90%: met).\n",
 		"- **p99 latency at 5,000 requests/s:** 1.8 ms, at 4,990 requests/s reached (target < 2 ms: met).\n",

@@ -57,7 +57,7 @@ type Benchmark struct {
 	// Suite is "cipher" (EncryptIDs, DecryptIDs, Sparx64Block in the library),
 	// "generator" (Sharded, Local, Generator in the library), "peers" (the
 	// bench module's comparison harness) or "service" (randflake serve under
-	// randflake load, one sample per run).
+	// the load generator, one sample per run).
 	Suite string `json:"suite"`
 	// Name is the benchmark name without the "Benchmark" prefix and the
 	// GOMAXPROCS suffix, e.g. "EncryptIDs/kernel=avx2/n=1024".

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -21,16 +20,16 @@ import (
 )
 
 // The service suite: randflake serve on a loopback port, measured by one
-// randflake load run per mode. It runs once per report run, after the
+// run of the bench module's load generator (cmd/loadgen) per mode. It runs once per report run, after the
 // rounds of the other suites, not once per round.
 
-// serviceMode is one row of the service suite: one randflake load run.
+// serviceMode is one row of the service suite: one loadgen run.
 type serviceMode struct {
 	name  string   // passed as --benchfmt NAME; the benchmark is Service/NAME
 	label string   // what the report calls the row
 	args  []string // load's flags, but --url, --bare-url and --benchfmt
 	// bare runs the mode against the bare net/http handler, served by a
-	// process of its own (randflake load --serve-bare) as the service is,
+	// process of its own (loadgen --serve-bare) as the service is,
 	// so that both share the machine with the load generator alike.
 	bare bool
 }
@@ -97,8 +96,8 @@ type serviceChoice int
 
 const (
 	serviceOff         serviceChoice = iota
-	serviceOn                        // fail when randflake load cannot run it
-	serviceIfAvailable               // skip it when randflake load cannot run it
+	serviceOn                        // run it
+	serviceIfAvailable               // run it (-short; the same as serviceOn since the load generator is this module's)
 )
 
 // portVar stands for the service's port in the commands the report shows.
@@ -113,7 +112,7 @@ func serveDisplay() string {
 // loadArgs are the arguments of the load run of mode m against baseURL,
 // or against the bare handler at bareURL for a bare mode.
 func loadArgs(m serviceMode, baseURL, bareURL string, short bool) []string {
-	args := []string{"load", "--url", baseURL}
+	args := []string{"--url", baseURL}
 	args = append(args, m.args...)
 	if m.bare {
 		args = append(args, "--bare-url", bareURL)
@@ -127,9 +126,9 @@ func loadArgs(m serviceMode, baseURL, bareURL string, short bool) []string {
 // loadDisplay is the load command of mode m as the report shows it (for a
 // bare mode, with the command of the bare handler's process before it).
 func loadDisplay(m serviceMode, short bool) string {
-	cmd := "randflake " + strings.Join(loadArgs(m, "http://127.0.0.1:"+portVar, "http://127.0.0.1:"+bareVar, short), " ")
+	cmd := "loadgen " + strings.Join(loadArgs(m, "http://127.0.0.1:"+portVar, "http://127.0.0.1:"+bareVar, short), " ")
 	if m.bare {
-		cmd = "randflake load --serve-bare 127.0.0.1:" + bareVar + " " + strings.Join(bareArgs, " ") + " & " + cmd
+		cmd = "loadgen --serve-bare 127.0.0.1:" + bareVar + " " + strings.Join(bareArgs, " ") + " & " + cmd
 	}
 	return cmd
 }
@@ -148,71 +147,31 @@ func withDuration(args []string, d string) []string {
 	return out
 }
 
-// loadFlags are the flags of randflake load that the suite uses.
-func loadFlags() []string {
-	flags := []string{"--url", "--benchfmt", "--bare-url", "--serve-bare"}
-	for _, m := range serviceModes {
-		for _, a := range m.args {
-			if f, ok := strings.CutPrefix(a, "--"); ok {
-				f, _, _ = strings.Cut(f, "=")
-				if !slices.Contains(flags, "--"+f) {
-					flags = append(flags, "--"+f)
-				}
-			}
-		}
-	}
-	return flags
-}
-
-// missingFlags returns the flags of flags that the help text of a command
-// built with the flag package does not list.
-func missingFlags(help string, flags []string) []string {
-	var missing []string
-	for _, f := range flags {
-		name := strings.TrimLeft(f, "-")
-		if !regexp.MustCompile(`(?m)^\s*--?` + regexp.QuoteMeta(name) + `(\s|$)`).MatchString(help) {
-			missing = append(missing, f)
-		}
-	}
-	return missing
-}
-
-// serviceSuite is the service suite, ready to run: the command is built and
-// its load subcommand knows every flag the modes use.
+// serviceSuite is the service suite, ready to run: randflake and the
+// load generator are built.
 type serviceSuite struct {
 	cfg     runConfig
 	bin     string // randflake, for serve
-	loadBin string // randflake, for load: bin, but in tests
+	loadBin string // loadgen, for the load and the bare handler
 }
 
-// prepareService builds randflake and checks that its load subcommand can
-// run the suite. With serviceIfAvailable it returns nil and no error when
-// it cannot.
+// prepareService builds randflake and the load generator.
 func prepareService(cfg runConfig) (*serviceSuite, error) {
 	if cfg.Service == serviceOff {
 		return nil, nil
 	}
-	bin := filepath.Join(cfg.WorkDir, "randflake")
-	fmt.Fprintf(cfg.Log, "building %s\n", bin)
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join(cfg.RootDir, "cmd", "randflake")
-	cmd.Env = append(os.Environ(), "GOOS="+runtime.GOOS, "GOARCH="+runtime.GOARCH)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build in %s: %v\n%s", cmd.Dir, err, b)
-	}
-	s := &serviceSuite{cfg: cfg, bin: bin, loadBin: bin}
-	help, err := s.command(context.Background(), s.loadBin, "load", "--help").CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("randflake load --help: %v\n%s", err, help)
-	}
-	if missing := missingFlags(string(help), loadFlags()); len(missing) > 0 {
-		why := fmt.Sprintf("randflake load has no %s (randflake load --help), which the service suite needs",
-			strings.Join(missing, ", "))
-		if cfg.Service == serviceIfAvailable {
-			fmt.Fprintf(cfg.Log, "service suite skipped: %s\n", why)
-			return nil, nil
+	s := &serviceSuite{cfg: cfg, bin: filepath.Join(cfg.WorkDir, "randflake"), loadBin: filepath.Join(cfg.WorkDir, "loadgen")}
+	for _, b := range []struct{ out, dir, pkg string }{
+		{s.bin, filepath.Join(cfg.RootDir, "cmd", "randflake"), "."},
+		{s.loadBin, filepath.Join(cfg.RootDir, "bench"), "./cmd/loadgen"},
+	} {
+		fmt.Fprintf(cfg.Log, "building %s\n", b.out)
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Dir = b.dir
+		cmd.Env = append(os.Environ(), "GOOS="+runtime.GOOS, "GOARCH="+runtime.GOARCH)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build %s in %s: %v\n%s", b.pkg, cmd.Dir, err, out)
 		}
-		return nil, fmt.Errorf("%s; -service=false skips the suite", why)
 	}
 	return s, nil
 }
@@ -299,7 +258,7 @@ func (s *serviceSuite) loadBare(m serviceMode, baseURL, kernel string, raw io.Wr
 	}
 	addr := net.JoinHostPort("127.0.0.1", port)
 	bare := &runningService{url: "http://" + addr, done: make(chan struct{})}
-	bare.cmd = s.command(context.Background(), s.loadBin, append([]string{"load", "--serve-bare", addr}, bareArgs...)...)
+	bare.cmd = s.command(context.Background(), s.loadBin, append([]string{"--serve-bare", addr}, bareArgs...)...)
 	bare.cmd.Stdout, bare.cmd.Stderr = &bare.log, &bare.log
 	if err := bare.cmd.Start(); err != nil {
 		return serviceResult{}, err
@@ -325,11 +284,7 @@ func (s *serviceSuite) load(m serviceMode, baseURL, bareURL, kernel string, raw 
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		hint := ""
-		if strings.Contains(stderr.String(), "flag provided but not defined") {
-			hint = " (randflake load lacks a flag of this mode; -service=false skips the suite)"
-		}
-		return serviceResult{}, fmt.Errorf("%s: %v%s\n%s%s", strings.Join(cmd.Args, " "), err, hint, stdout.Bytes(), stderr.Bytes())
+		return serviceResult{}, fmt.Errorf("%s: %v\n%s%s", strings.Join(cmd.Args, " "), err, stdout.Bytes(), stderr.Bytes())
 	}
 	fmt.Fprintf(raw, "randflake-kernel: %s\n", kernel)
 	raw.Write(stdout.Bytes())
@@ -382,20 +337,18 @@ func (s *serviceSuite) start() (*runningService, error) {
 	return svc, nil
 }
 
-// what names the process in messages: randflake serve, or randflake load
+// what names the process in messages: randflake serve, or loadgen
 // --serve-bare.
 func (svc *runningService) what() string {
-	args := svc.cmd.Args
-	for i, a := range args {
-		if a == "serve" || a == "load" {
-			name := "randflake " + a
-			if a == "load" && i+1 < len(args) {
-				name += " " + args[i+1]
-			}
-			return name
+	for _, a := range svc.cmd.Args {
+		switch a {
+		case "serve":
+			return "randflake serve"
+		case "--serve-bare":
+			return "loadgen --serve-bare"
 		}
 	}
-	return strings.Join(args, " ")
+	return strings.Join(svc.cmd.Args, " ")
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

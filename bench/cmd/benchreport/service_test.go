@@ -57,7 +57,7 @@ func TestServiceModes(t *testing.T) {
 		}
 	}
 	got := loadDisplay(serviceModes[3], true)
-	want := "randflake load --url http://127.0.0.1:$PORT --batch 1 --concurrency 8 --rate 5000 --verify=false --duration 1s --benchfmt single-paced"
+	want := "loadgen --url http://127.0.0.1:$PORT --batch 1 --concurrency 8 --rate 5000 --verify=false --duration 1s --benchfmt single-paced"
 	if got != want {
 		t.Errorf("short paced command:\n%s\nwant\n%s", got, want)
 	}
@@ -66,28 +66,6 @@ func TestServiceModes(t *testing.T) {
 	}
 	if got := serveDisplay(); got != "RANDFLAKE_STATE_DIR=$(mktemp -d) randflake serve --listen 127.0.0.1:$PORT --claim 1024" {
 		t.Errorf("serve command: %s", got)
-	}
-}
-
-func TestMissingFlags(t *testing.T) {
-	help := `usage: randflake load --url URL [--batch N]
-
-  -batch int
-    	IDs per request (default 1)
-  -benchfmtx string
-    	not the flag
-  -rate float
-    	requests per second
-  -url string
-    	base URL
-`
-	got := strings.Join(missingFlags(help, []string{"--url", "--batch", "--benchfmt", "--rate", "--format"}), " ")
-	if got != "--benchfmt --format" {
-		t.Errorf("missing: %q", got)
-	}
-	want := "--url --benchfmt --bare-url --serve-bare --batch --concurrency --format --verify --duration --rate --bare"
-	if got := strings.Join(loadFlags(), " "); got != want {
-		t.Errorf("loadFlags: %s, want %s", got, want)
 	}
 }
 
@@ -119,7 +97,7 @@ func TestCheckResultsService(t *testing.T) {
 
 // TestServiceStartStop builds randflake, starts the service on a free port
 // with a new state directory, checks that it serves IDs and stops it, and
-// runs the suite in its short form with the real randflake load.
+// runs the suite in its short form with the load generator, cmd/loadgen.
 func TestServiceStartStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs randflake serve")
@@ -132,9 +110,6 @@ func TestServiceStartStop(t *testing.T) {
 	s, err := prepareService(cfg)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if s == nil {
-		t.Fatal("randflake load lacks a flag the service suite needs (see the log of prepareService)")
 	}
 	svc, err := s.start()
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The line that randflake load --benchfmt NAME prints, in the Go benchmark
+// The line that loadgen --benchfmt NAME prints, in the Go benchmark
 // format:
 //
 //	BenchmarkService/NAME[-P] <requests> <ns> ns/op <ids> IDs/s <reqs> req/s <p50> p50-ms <p99> p99-ms

@@ -13,17 +13,18 @@ import (
 // run did not measure say so.
 func serviceSection(s *section, r *Results) {
 	m := r.Machine
-	s.p("### Service: `randflake serve` under `randflake load`, on loopback")
+	s.p("### Service: `randflake serve` under the load generator, on loopback")
 	s.p("")
 	info := r.Run.Service
 	if info == nil {
 		info = &ServiceInfo{Serve: serveDisplay(), NodeIDs: serveNodeIDs}
-		s.p("Not measured in this run, on CPU %s (%d threads). Every row would be one `randflake load` run", m.CPU.Brand, m.NumCPU)
+		s.p("Not measured in this run, on CPU %s (%d threads). Every row would be one run of `loadgen` (bench/cmd/loadgen)", m.CPU.Brand, m.NumCPU)
 		s.p("against one service, started with `%s` (`PORT` a free port, e.g. 8080).", info.Serve)
 	} else {
 		s.p("Measured once per run, not per round (one sample per row, so no interval), on CPU %s with %d threads", m.CPU.Brand, m.NumCPU)
-		s.p("shared by the service and the load generator. Every row is one `randflake load` run against one service,")
-		s.p("started with `%s` (`PORT` a free port, e.g. 8080). load counts the IDs of every answer", info.Serve)
+		s.p("shared by the service and the load generator. Every row is one run of the load generator (`loadgen`,")
+		s.p("bench/cmd/loadgen; results recorded before it existed show `randflake load`, which held it then) against")
+		s.p("one service, started with `%s` (`PORT` a free port, e.g. 8080). It counts the IDs of every answer", info.Serve)
 		s.p("(`--verify=false`: status, type, length and count checked, nothing decoded), as it does for the bare")
 		s.p("handler, so that the load generator takes as little of the shared CPUs as it can; the test suite's")
 		s.p("load tests decode every ID and check for duplicates.")
