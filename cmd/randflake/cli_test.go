@@ -149,7 +149,27 @@ func TestWriteVersion(t *testing.T) {
 	if got := b.String(); !strings.HasPrefix(got, "randflake v0.2.0\n") || !strings.Contains(got, "revision  unknown") {
 		t.Errorf("installed at v0.2.0:\n%s", got)
 	}
+	if got := b.String(); strings.Contains(got, "not built in a VCS checkout") || !strings.Contains(got, "the build recorded no VCS information: built outside a VCS checkout, with -buildvcs=false, or by go run or go test") {
+		t.Errorf("without VCS information, the reason should list what may have happened:\n%s", got)
+	}
 	b.Reset()
+	bi.Main.Version = "v0.2.1-0.20260801120000-0123456789ab"
+	writeVersion(&b, "", bi)
+	if got := b.String(); !strings.Contains(got, "revision  0123456789ab (the commit prefix in the module's pseudo-version; the build recorded no VCS information)\n") {
+		t.Errorf("a pseudo-version names its commit:\n%s", got)
+	}
+	for v, want := range map[string]string{
+		"v0.0.0-20260801120000-0123456789ab":              "0123456789ab",
+		"v1.2.4-pre.0.20260801120000-abcdefabcdef":        "abcdefabcdef",
+		"v2.0.0-20260801120000-0123456789ab+incompatible": "0123456789ab",
+		"v0.2.0": "", "(devel)": "", "v1.0.0-rc.1": "", "v0.0.0-2026-0123456789ab": "",
+	} {
+		if got := pseudoRevision(v); got != want {
+			t.Errorf("pseudoRevision(%q) = %q, want %q", v, got, want)
+		}
+	}
+	b.Reset()
+	bi.Main.Version = "v0.2.0"
 	writeVersion(&b, "v0.3.0", bi)
 	if got := b.String(); !strings.HasPrefix(got, "randflake v0.3.0\n") {
 		t.Errorf("stamped v0.3.0:\n%s", got)

@@ -13,7 +13,7 @@ type secretFlags struct {
 }
 
 func (s *secretFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.file, "secret-file", "", "file holding the 16-byte secret (raw or 32 hex digits); default $RANDFLAKE_SECRET_FILE, then $RANDFLAKE_SECRET (hex), then the state directory")
+	fs.StringVar(&s.file, "secret-file", "", "file holding the 16-byte secret (raw or 32 hex digits); without it, $RANDFLAKE_SECRET (32 hex digits), then the state directory [$RANDFLAKE_SECRET_FILE]")
 }
 
 // explicit returns the secret given by --secret-file, $RANDFLAKE_SECRET_FILE

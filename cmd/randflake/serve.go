@@ -30,8 +30,9 @@ Serves IDs over HTTP, or HTTPS with HTTP/2:
                                            application/octet-stream, up to
                                            --max-binary-count)
   GET /v1/ids/{id}                         time, node and sequence of an ID; only
-                                           with --inspect-token-file and the token
-                                           as "Authorization: Bearer TOKEN"
+                                           with --inspect-token-file and its token
+                                           (16 characters or more) as
+                                           "Authorization: Bearer TOKEN"
   GET /healthz, /readyz, /metrics          liveness, readiness (a lease is held),
                                            Prometheus metrics
   GET /openapi.yaml                        this API's OpenAPI 3.1 description
@@ -104,7 +105,7 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.IntVar(&c.maxCount, "max-count", 10000, "largest count a request may ask for")
 	fs.IntVar(&c.maxBinary, "max-binary-count", server.DefaultMaxBinaryCount, "largest count a request for binary IDs (Accept: application/octet-stream, 8 bytes per ID) may ask for")
-	fs.StringVar(&c.tokenFile, "inspect-token-file", "", "file holding the bearer token that enables GET /v1/ids/{id} ($RANDFLAKE_INSPECT_TOKEN_FILE)")
+	fs.StringVar(&c.tokenFile, "inspect-token-file", "", "file holding the bearer token (16 characters or more) that enables GET /v1/ids/{id}")
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key-file")
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM private key of --tls-cert-file (a private file: mode 600)")
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca-file", "", "PEM CA certificates: require client certificates they signed (mutual TLS)")

@@ -5,6 +5,7 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/randflake/randflake"
 )
@@ -64,8 +65,10 @@ func writeVersion(w io.Writer, stamped string, bi *debug.BuildInfo) {
 			fmt.Fprint(w, " (modified)")
 		}
 		fmt.Fprintln(w)
+	} else if rev := pseudoRevision(bi.Main.Version); rev != "" {
+		fmt.Fprintf(w, "revision  %s (the commit prefix in the module's pseudo-version; the build recorded no VCS information)\n", rev)
 	} else {
-		fmt.Fprintln(w, "revision  unknown (not built in a VCS checkout)")
+		fmt.Fprintln(w, "revision  unknown (the build recorded no VCS information: built outside a VCS checkout, with -buildvcs=false, or by go run or go test)")
 	}
 	gov := bi.GoVersion
 	if gov == "" {
@@ -77,6 +80,27 @@ func writeVersion(w io.Writer, stamped string, bi *debug.BuildInfo) {
 		fmt.Fprint(w, " ($RANDFLAKE_KERNEL not honoured)")
 	}
 	fmt.Fprintln(w)
+}
+
+// pseudoRevision returns the commit prefix of a pseudo-version
+// (v0.0.0-20260801120000-0123456789ab, or with a +incompatible or
+// pre-release before it), or "" if v is not one.
+func pseudoRevision(v string) string {
+	v = strings.TrimSuffix(v, "+incompatible")
+	i := strings.LastIndexByte(v, '-')
+	if i < 0 {
+		return ""
+	}
+	rev, rest := v[i+1:], v[:i]
+	if len(rev) != 12 || strings.Trim(rev, "0123456789abcdef") != "" {
+		return ""
+	}
+	// The timestamp before it: 14 digits after '-' or '.'.
+	j := max(strings.LastIndexByte(rest, '-'), strings.LastIndexByte(rest, '.'))
+	if ts := rest[j+1:]; j < 0 || len(ts) != 14 || strings.Trim(ts, "0123456789") != "" {
+		return ""
+	}
+	return rev
 }
 
 // orUnknown returns s, or "unknown" if it is empty.

@@ -512,6 +512,9 @@ func (s *Server) generateFailed(w *recorder, count int, err error) {
 	}
 	if n, ok := s.limited.allow(kind, time.Now()); ok {
 		attrs := []any{"kind", kind, "count", count, "err", err}
+		if kind == KindExhausted {
+			attrs = append(attrs, "remedy", exhaustedRemedy)
+		}
 		if n > 0 {
 			attrs = append(attrs, "left_out", n)
 		}
@@ -520,6 +523,10 @@ func (s *Server) generateFailed(w *recorder, count int, err error) {
 	s.fail(w, status, kind, msg)
 }
 
+// exhaustedRemedy is what the log of an exhausted second advises: the
+// error names the node range, the second and the ceiling.
+const exhaustedRemedy = "a wider node range (serve --claim, or --nodes FIRST-LAST) raises the ceiling; clients retry in the next second (Retry-After: 1), as binary batches wait for it"
+
 // classify returns the answer to a failed GenerateBatch: status, kind,
 // message for the client and the level of its log line.
 func classify(err error) (status int, kind, msg string, level slog.Level) {
@@ -527,7 +534,7 @@ func classify(err error) (status int, kind, msg string, level slog.Level) {
 	case errors.Is(err, randflake.ErrClosed):
 		return http.StatusServiceUnavailable, KindUnavailable, "unavailable: shutting down", slog.LevelWarn
 	case errors.Is(err, randflake.ErrResourceExhausted):
-		return http.StatusServiceUnavailable, KindExhausted, "unavailable: this second's IDs are used up; retry in a second", slog.LevelWarn
+		return http.StatusServiceUnavailable, KindExhausted, "unavailable: this second's IDs are used up on this server's node range; retry in a second", slog.LevelWarn
 	case errors.Is(err, randflake.ErrInvalidLease):
 		return http.StatusServiceUnavailable, KindLease, "unavailable: no valid node-ID lease", slog.LevelError
 	case errors.Is(err, randflake.ErrConsistencyViolation):

@@ -625,3 +625,39 @@ func checkUnique(t *testing.T, ids []string, want int, firstErr error) {
 		t.Errorf("%d duplicate IDs among %d: %s", len(dups), len(ids), strings.Join(dups[:min(len(dups), 10)], ", "))
 	}
 }
+
+// An exhausted second: the log names the node range, the second and the
+// ceiling (the library's error) and the remedy, with no advice to run
+// "multiple instances"; the client hears that it is this server's range
+// and to retry in a second, and nothing of the server's internals.
+func TestExhaustedMessages(t *testing.T) {
+	now := time.Now().Unix()
+	g, err := randflake.NewSharded(randflake.ShardedConfig{Secret: []byte("0123456789abcdef"), FirstNode: 5, LastNode: 5, LeaseStart: now - 1, LeaseEnd: now + 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exhausted error
+	ids := make([]int64, 1<<16)
+	for range 4 { // 2^18 IDs: more than one second of one node ID, unless the second turns
+		if _, exhausted = g.GenerateBatch(ids); exhausted != nil {
+			break
+		}
+	}
+	if !errors.Is(exhausted, randflake.ErrResourceExhausted) {
+		t.Fatalf("no exhaustion from one node ID: %v", exhausted)
+	}
+	var logs bytes.Buffer
+	_, ts := newServer(t, Config{Generator: failing{exhausted}, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	resp, body := do(t, "GET", ts.URL+"/v1/ids?count=3", nil)
+	if resp.StatusCode != 503 || !strings.Contains(string(body), `"unavailable: this second's IDs are used up on this server's node range; retry in a second"`) {
+		t.Errorf("answer %d %s", resp.StatusCode, body)
+	}
+	for _, want := range []string{"node ID 5 issued all 131072 IDs of second", "use a wider node range", `"remedy":"a wider node range (serve --claim, or --nodes FIRST-LAST) raises the ceiling`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	if strings.Contains(strings.ToLower(logs.String()+string(body)), "multiple randflake") {
+		t.Errorf("the reference's advice is still given:\n%s%s", logs.String(), body)
+	}
+}
