@@ -66,10 +66,68 @@ func (f *fleet) clientErrors() (expected map[string]map[string]int, unexpected m
 	return expected, unexpected
 }
 
-// errorLine describes the clients' failures: "client errors: 1234
-// expected (wipe: 503 lease×900; SIGKILL: refused×3), unexpected: none".
+// errorLine describes the clients' failures, each count labelled
+// expected (with the event that explains it) or unexpected: "client
+// errors: 1234 expected (wipe: 503 lease×900; SIGKILL: refused×3),
+// unexpected: none".
 func (f *fleet) errorLine() string {
 	expected, unexpected := f.clientErrors()
+	return "client errors: " + labelled(expected, unexpected)
+}
+
+// failedStart is a start attempt that did not become ready, and why.
+type failedStart struct {
+	at  time.Time
+	why string // as startFailure and waitReady say
+}
+
+// Why start failures are expected, by their kind: the test's own doing,
+// or the fleet's state that the attempt waits out by retrying.
+var expectedStartFailures = map[string]string{
+	"killed during start-up": "SIGKILL during start-up, by the test",
+	"stopping":               "the run's end",
+	"no free node IDs":       "every block held, until a killed holder's lease ends",
+}
+
+// startFailures sorts the failed start attempts as clientErrors sorts the
+// clients' failures: those the test caused or an event explains (any
+// kind, within the event's window), by why and kind, and the others.
+func (f *fleet) startFailures() (expected map[string]map[string]int, unexpected map[string]int) {
+	f.mu.Lock()
+	ws := slices.Clone(f.windows)
+	f.mu.Unlock()
+	expected, unexpected = map[string]map[string]int{}, map[string]int{}
+	for _, s := range f.all() {
+		s.mu.Lock()
+		fs := slices.Clone(s.failedStarts)
+		s.mu.Unlock()
+		for _, fl := range fs {
+			why := expectedStartFailures[fl.why]
+			for _, w := range ws {
+				if why != "" {
+					break
+				}
+				if (w.s == nil || w.s == s) && !fl.at.Before(w.from) && !fl.at.After(w.until) {
+					why = w.why
+				}
+			}
+			if why == "" {
+				unexpected[fl.why]++
+				continue
+			}
+			if expected[why] == nil {
+				expected[why] = map[string]int{}
+			}
+			expected[why][fl.why]++
+		}
+	}
+	return expected, unexpected
+}
+
+// labelled formats failure counts, each labelled expected (grouped by
+// why) or unexpected: "12 expected (SIGKILL: refused×12), unexpected:
+// none".
+func labelled(expected map[string]map[string]int, unexpected map[string]int) string {
 	n := 0
 	var whys []string
 	for why, m := range expected {
@@ -87,5 +145,5 @@ func (f *fleet) errorLine() string {
 	if n > 0 {
 		exp = fmt.Sprintf("%d expected (%s)", n, strings.Join(parts, "; "))
 	}
-	return fmt.Sprintf("client errors: %s, unexpected: %s", exp, countsString(unexpected))
+	return fmt.Sprintf("%s, unexpected: %s", exp, countsString(unexpected))
 }

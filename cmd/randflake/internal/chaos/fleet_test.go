@@ -111,6 +111,9 @@ type server struct {
 	readyAt    time.Time
 	attempts   int
 	startFails map[string]int
+	// failedStarts are the failed start attempts, when and why, for the
+	// summary's expected and unexpected counts.
+	failedStarts []failedStart
 	ended      string
 	stopC      context.CancelFunc
 	clientsWG  sync.WaitGroup
@@ -268,6 +271,7 @@ func (f *fleet) supervise(s *server) {
 		s.mu.Lock()
 		first := s.startFails[why] == 0
 		s.startFails[why]++
+		s.failedStarts = append(s.failedStarts, failedStart{at: time.Now(), why: why})
 		s.state = "starting"
 		s.mu.Unlock()
 		if why == "stopping" {

@@ -105,31 +105,28 @@ func (f *fleet) summarize(r *report, head string, extra []string, rangeSize int6
 		prefix, r.stale, r.ahead, r.outsidePool, strings.Join(outside, ", "))
 	var starts []string
 	var waits []float64
-	fails := map[string]int{}
 	for _, ps := range r.procs {
 		s := ps.s
 		s.mu.Lock()
 		if s.role != "initial" && !s.readyAt.IsZero() {
 			w := s.readyAt.Sub(s.launched).Seconds()
 			st := fmt.Sprintf("%s %.1fs", s.name, w)
-			if len(s.startFails) > 0 {
-				st += " (" + countsString(s.startFails) + ")"
+			if n := len(s.failedStarts); n > 0 {
+				st += fmt.Sprintf(" (after %d failed attempts)", n)
 			}
 			starts = append(starts, st)
 			waits = append(waits, w)
 		}
-		for k, v := range s.startFails {
-			fails[k] += v
-		}
 		s.mu.Unlock()
 	}
+	failed := labelled(f.startFailures())
 	switch {
 	case len(starts) > 12:
 		slices.Sort(waits)
 		fmt.Printf("%sstart-ups, launch to ready: %d, median %.1fs, longest %.1fs; failed attempts: %s\n",
-			prefix, len(waits), waits[len(waits)/2], waits[len(waits)-1], countsString(fails))
+			prefix, len(waits), waits[len(waits)/2], waits[len(waits)-1], failed)
 	case len(starts) > 0:
-		fmt.Println(prefix + "start-ups, launch to ready: " + strings.Join(starts, ", "))
+		fmt.Println(prefix + "start-ups, launch to ready: " + strings.Join(starts, ", ") + "; failed attempts: " + failed)
 	}
 	for _, l := range extra {
 		fmt.Println(prefix + l)
