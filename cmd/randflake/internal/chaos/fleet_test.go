@@ -114,9 +114,9 @@ type server struct {
 	// failedStarts are the failed start attempts, when and why, for the
 	// summary's expected and unexpected counts.
 	failedStarts []failedStart
-	ended      string
-	stopC      context.CancelFunc
-	clientsWG  sync.WaitGroup
+	ended        string
+	stopC        context.CancelFunc
+	clientsWG    sync.WaitGroup
 	// doomed is the start attempt kill has chosen while it was starting;
 	// the supervisor never lets that one become serving, even if it
 	// answered /readyz before the SIGKILL reached it.
