@@ -72,6 +72,9 @@ echo "== etcd lease module: vet and tests under -race against etcd servers the t
 echo "== PostgreSQL lease module: vet and tests under -race against PostgreSQL servers the tests start (initdb, postgres), the lease conformance suite included"
 (cd pglease && go vet ./... && go test -race -count=1 ./...)
 
+echo "== Kubernetes lease module: vet and tests under -race against a kube-apiserver and etcd the tests start (kube-apiserver from .ci/kube-apiserver.sh or \$RANDFLAKE_KUBE_APISERVER), the lease conformance suite included"
+(cd kubelease && go vet ./... && go test -race -count=1 ./...)
+
 echo "== command module (randflake gen/inspect/serve/...): vet and tests under -race"
 (cd cmd/randflake && go vet ./... && go test -race -count=1 ./...)
 

@@ -37,6 +37,10 @@ const (
 	// AnnotationStep holds, on a block's object, the resource version
 	// of the fleet object's commit last written to it.
 	AnnotationStep = "randflake.io/step"
+	// AnnotationCommit holds, on the fleet object, a random value each
+	// commit changes, so that every commit is a write (an update that
+	// changes nothing keeps the resource version).
+	AnnotationCommit = "randflake.io/commit"
 )
 
 // Store is a randflake.BlockStore on Kubernetes Lease objects: the storage
@@ -146,15 +150,17 @@ type snapshot struct {
 // server answers from one revision of its storage.
 func (s *Store) list(ctx context.Context) (*snapshot, error) {
 	var ll leaseList
+	t0 := s.now()
 	rep, err := s.c.do(ctx, http.MethodGet, s.leasesPath(), url.Values{"labelSelector": {LabelFleet + "=" + s.name}}, nil, &ll)
 	if err != nil {
 		return nil, err
 	}
+	rep.t0, rep.t1 = t0, s.now() // this store's clock
 	rev, err := strconv.ParseUint(ll.Metadata.ResourceVersion, 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("kubelease: the API server's list of leases has resource version %q, not a number (this store needs the API server to count its writes, as etcd does)", ll.Metadata.ResourceVersion)
 	}
-	sn := &snapshot{rev: rev, rep: rep, at: s.now(), blocks: map[int64]*lease{}}
+	sn := &snapshot{rev: rev, rep: rep, at: rep.t1, blocks: map[int64]*lease{}}
 	for i := range ll.Items {
 		l := &ll.Items[i]
 		if l.Metadata.Name == s.name {
@@ -493,6 +499,9 @@ func (s *Store) commit(ctx context.Context, fleet *lease, marker []byte, p *pend
 	if marker != nil {
 		l.Metadata.Annotations[AnnotationMarker] = string(marker)
 	}
+	nonce := make([]byte, 8)
+	rand.Read(nonce)
+	l.Metadata.Annotations[AnnotationCommit] = hex.EncodeToString(nonce)
 	if len(p.Records) > 0 || len(p.Release) > 0 {
 		raw, err := json.Marshal(p)
 		if err != nil {
@@ -682,7 +691,9 @@ func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake
 			cur.Spec.RenewTime = microTime(s.now())
 			cur.Spec.LeaseDurationSeconds = i32p(int32(s.ttl / time.Second))
 			var out lease
+			t0 := s.now()
 			rep, err := s.c.do(ctx, http.MethodPut, s.leasePath(name), nil, &cur, &out)
+			rep.t0, rep.t1 = t0, s.now()
 			if isCode(err, http.StatusConflict) {
 				continue // a committed step's record was written meanwhile
 			}
