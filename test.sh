@@ -45,6 +45,13 @@ if [ -d kubelease ] && [ ! -x "$kube" ]; then
 		echo "      .ci/kube-apiserver.sh builds it (about 6 minutes on 2 cores, once)"
 	fi
 fi
+if ! command -v curl >/dev/null; then
+	if [ "${CI:-}" = true ]; then
+		missing+=("curl (the command's TLS and HTTP/2 tests): apt-get install curl")
+	else
+		echo "note: no curl: the command's TLS and HTTP/2 tests against curl skip (apt-get install curl)"
+	fi
+fi
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "test.sh: missing prerequisites:" >&2
 	printf '  - %s\n' "${missing[@]}" >&2
