@@ -43,7 +43,7 @@ func forEachKernel(t *testing.T, f func(t *testing.T)) {
 		if !ok {
 			t.Run(name, func(t *testing.T) {
 				if puregoBuild {
-					t.Skipf("kernel %s: the purego build has no assembly kernels", name)
+					t.Skipf("kernel %s: this build (purego, or a toolchain other than gc) has no assembly kernels", name)
 				}
 				t.Skipf("kernel %s: this CPU cannot run it (a CPU feature it needs is missing or turned off by GODEBUG); it runs %v", name, Kernels())
 			})

@@ -1,4 +1,4 @@
-//go:build purego
+//go:build !gc || purego
 
 package randflake
 
@@ -13,7 +13,8 @@ func (s *Sharded) pick() int {
 }
 
 // runtimeProcPin and runtimeProcUnpin stand in for the runtime's procPin
-// and procUnpin, which purego builds do not link to; nothing calls them
-// there, since Generate holds its slots with their mutex (lockedSlots).
+// and procUnpin, which purego builds and toolchains other than gc do not
+// link to; nothing calls them there, since Generate holds its slots with
+// their mutex (lockedSlots).
 func runtimeProcPin() int { return 0 }
 func runtimeProcUnpin()   {}

@@ -1,6 +1,7 @@
-//go:build purego
+//go:build !gc || purego
 
 package randflake
 
-// puregoBuild: this build has no assembly kernels.
+// puregoBuild: this build (purego, or a toolchain other than gc) has no
+// assembly kernels.
 const puregoBuild = true

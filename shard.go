@@ -64,14 +64,7 @@ type Sharded struct {
 	cipher     *Sparx64
 	timeSource func() int64
 	shards     []*shard // allocated one by one, apart from each other
-	slots      []slot   // Generate's buffers, one per P at creation
-
-	// extra holds the buffers of Ps beyond len(slots), made when
-	// GOMAXPROCS grew after NewSharded; they are held with their mutex.
-	extra struct {
-		mu    sync.Mutex
-		slots []*slot // the slot of P len(slots)+i, or nil
-	}
+	slotSet             // Generate's buffers (slots, one per P at creation)
 }
 
 // shard is one CPU's cursor into the node set: the node it reserves from.
@@ -136,22 +129,6 @@ func newSharded(c *Sparx64, lease Lease, shards int, timeSource func() int64) *S
 		s.slots[i].cursor = &s.shards[i%n].node
 	}
 	return s
-}
-
-// extraSlot returns the slot of P p, one of those beyond len(s.slots).
-func (s *Sharded) extraSlot(p int) *slot {
-	s.extra.mu.Lock()
-	i := p - len(s.slots)
-	if i >= len(s.extra.slots) {
-		s.extra.slots = append(s.extra.slots, make([]*slot, i+1-len(s.extra.slots))...)
-	}
-	sl := s.extra.slots[i]
-	if sl == nil {
-		sl = &slot{cursor: &s.shards[p%len(s.shards)].node}
-		s.extra.slots[i] = sl
-	}
-	s.extra.mu.Unlock()
-	return sl
 }
 
 // now is the clock of batches and buffer refills: the TimeSource, or else

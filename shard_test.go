@@ -11,9 +11,7 @@ import (
 // maxBuffered is the most IDs Generate can hold in its buffers: one
 // slot's worth per P.
 func (s *Sharded) maxBuffered() int {
-	s.extra.mu.Lock()
-	defer s.extra.mu.Unlock()
-	return (len(s.slots) + len(s.extra.slots)) * bufferIDs
+	return s.slotCount() * bufferIDs
 }
 
 func newTestSharded(t testing.TB, first, last int64, clk *fakeClock, shards int) *Sharded {

@@ -32,7 +32,7 @@ const (
 const signature = "func(rk *[102]uint32, dst, src *uint64, n int)"
 
 func main() {
-	ConstraintExpr("amd64,!purego")
+	ConstraintExpr("amd64,gc,!purego")
 
 	avx512Data()
 	avx512Kernel("encryptAVX512", true)
