@@ -13,7 +13,8 @@ import (
 // recorded, what unknown or rolled-back history costs, which clocks are
 // trusted) live in one place, BlockSource, which turns any BlockStore into
 // a LeaseSource. The state directory (package statedir), etcd (module
-// etcdlease) and PostgreSQL (module pglease) are BlockStores; package
+// etcdlease), PostgreSQL (module pglease) and the Kubernetes API (module
+// kubelease) are BlockStores; package
 // leasetest checks a BlockStore against the rules.
 //
 // The store sees records and the marker as opaque bytes: BlockSource

@@ -5,9 +5,8 @@ import (
 	"fmt"
 )
 
-// Errors, with the reference implementation's names and texts (except
-// ErrResourceExhausted's, whose advice no longer applies: see
-// GenerateContext).
+// Errors, with the reference implementation's names and, but for
+// ErrResourceExhausted, its texts.
 var (
 	// ErrLifetimeOver: a lease reaches past MaxTimestamp, the last second
 	// an ID can carry (ErrRandflakeDead in the reference).

@@ -69,7 +69,10 @@ func (g *Generator) now() int64 {
 	return now
 }
 
-// Generate returns a new encrypted ID.
+// Generate returns a new encrypted ID. Once the node ID has issued all
+// 131,072 IDs of the current second, it returns an error wrapping
+// ErrResourceExhausted until the next second; GenerateContext waits
+// instead.
 func (g *Generator) Generate() (int64, error) {
 	raw, err := g.reserveOne(&g.cursor, g.now(), g.TimeSource == nil)
 	if err != nil {

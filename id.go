@@ -13,8 +13,8 @@ import (
 // encrypted IDs exceed 2^53 and lose digits as JavaScript numbers (a JSON
 // number is accepted on input). In SQL it is a BIGINT.
 //
-// The zero ID is a valid value ("0"); no generator issues it in practice
-// less often than any other value.
+// The zero ID is a valid value ("0"): a generator may issue it, as rarely
+// as any other value.
 type ID int64
 
 // ParseID parses the string form of an ID (see DecodeString).

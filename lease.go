@@ -83,8 +83,9 @@ func (l Lease) SameClaim(o Lease) bool {
 
 // LeaseSource hands out node-ID leases: a fixed range from configuration
 // (StaticSource), file locks on one machine (package statedir) or a
-// coordination service (module etcdlease). Leased calls its methods from
-// one goroutine at a time; a source holds at most one lease at a time.
+// shared store (modules etcdlease, pglease and kubelease). Leased calls its
+// methods from one goroutine at a time; a source holds at most one lease at
+// a time.
 type LeaseSource interface {
 	// Acquire claims node IDs. The lease's Start lies strictly after every
 	// second an earlier holder of these node IDs may have used, and its End

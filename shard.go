@@ -28,34 +28,32 @@ type ShardedConfig struct {
 	TimeSource func() int64
 	// Shards is the number of node cursors GenerateBatch and Local
 	// handles reserve through; 0 means one per CPU (runtime.GOMAXPROCS).
-	// It only affects contention. Generate keeps one buffer per P
+	// It only affects contention. Generate keeps one buffer per CPU
 	// whatever it is.
 	Shards int
 }
 
-// Sharded is a lock-free generator for a range of node IDs. Generate hands
-// out IDs from a buffer per P (the runtime's processor, one per
-// GOMAXPROCS): the calling goroutine is pinned to its P while it takes an
-// ID, so the buffer needs no atomic operation per ID, and it is refilled
-// with one reservation and one SIMD encryption per bufferIDs IDs.
-// GenerateBatch reserves a run of sequence numbers with one atomic
-// operation per node ID used and encrypts the run in place. When a node
-// ID's sequence space for the current second is used up, the generator
-// moves to another node ID of the range, so a process issues up to
-// (LastNode-FirstNode+1) x 131,072 IDs per second.
+// Sharded is a lock-free generator for a range of node IDs, for a process
+// whose goroutines take IDs concurrently. It issues up to
+// (LastNode-FirstNode+1) x 131,072 IDs per second: when a node ID has
+// issued every ID of the current second, the generator moves on to
+// another node ID of the range.
 //
-// Uniqueness never depends on which goroutine runs where: every node ID's
-// (second, sequence) space is reserved atomically, and each buffered ID is
-// handed out at most once, because a P's buffer is only touched by the one
-// goroutine pinned to that P (see docs/design.md). Handed-out IDs carry a
-// second no more than one second behind the clock and inside the lease.
-// (The clock of Generate is the coarse clock: in the few milliseconds after
-// a process is resumed from a stop, before the coarse clock's goroutine has
-// run, Generate may still hand out IDs buffered before the stop, carrying
-// seconds inside the lease as recorded; GenerateBatch reads the wall clock
-// and never does.) When the clock steps back, each node ID keeps issuing
-// from the newest second it has used while that second lasts (see
-// Generator).
+// Generate hands out IDs from a buffer per CPU (per GOMAXPROCS), refilled
+// 512 IDs at a time with one reservation and one SIMD encryption, so that
+// an ID costs no atomic operation; a Local (NewLocal) does the same for
+// one goroutine. GenerateBatch fills a slice with one reservation per node
+// ID used and encrypts it in place.
+//
+// Every ID is issued at most once, whichever goroutines run where (the
+// argument is in docs/design.md). IDs carry a second inside the lease and
+// no more than one second behind the clock. (Generate's clock is a coarse
+// one, at most 10ms old: in the few milliseconds after a process resumes
+// from a stop, Generate may still hand out IDs buffered before the stop,
+// with the seconds they were reserved in, inside the lease; GenerateBatch
+// reads the wall clock and never does.) When the clock steps back, each
+// node ID keeps issuing from the newest second it has used while that
+// second lasts (see Generator).
 //
 // A Sharded is safe for concurrent use.
 type Sharded struct {
@@ -181,8 +179,11 @@ func (s *Sharded) inLease(now int64) (int64, error) {
 	return now, nil
 }
 
-// Generate returns a new encrypted ID. It serves IDs from the calling P's
-// buffer, so the clock and the cipher are paid once per bufferIDs IDs.
+// Generate returns a new encrypted ID. It serves IDs from the calling
+// CPU's buffer, so that reading the clock and encrypting are paid once per
+// 512 IDs. Once every node ID of the range has issued all IDs of the
+// current second, it returns an error wrapping ErrResourceExhausted until
+// the next second; GenerateContext waits instead.
 func (s *Sharded) Generate() (int64, error) {
 	// The clock is read before the slot is held: a TimeSource may block,
 	// and a pinned goroutine must not.

@@ -99,7 +99,8 @@
 //   - One machine: the directory is on a local file system (flock on
 //     network file systems is unreliable) and no other machine uses the
 //     same node IDs with the same secret. To combine machines, give each a
-//     disjoint Options.FirstNode..LastNode, or use etcd or PostgreSQL.
+//     disjoint Options.FirstNode..LastNode, or use etcd, PostgreSQL or the
+//     Kubernetes API (modules etcdlease, pglease, kubelease).
 //     Every process of one directory uses the same node range (the marker
 //     records it; another is refused with ErrFleetMismatch).
 //   - fsync makes writes durable. A consistent old copy of the whole

@@ -21,12 +21,12 @@ import (
 //     that exits or is killed, so claims never expire while their holder
 //     lives and are free at once when it dies (StoreInfo.EndFor is nil):
 //     only the promises recorded in the state file bound a lease.
-//   - The records and the fleet marker live in the state file (see
-//     state.go), replaced durably on every change.
+//   - The records and the fleet marker live in the state file (described
+//     in the package overview), replaced durably on every change.
 //   - Every step (Update) runs under the directory's lock (flock on the
 //     lock file, held for milliseconds), so steps never conflict.
-//   - The store's identity is its generation (see generation.go): a count
-//     of state writes, mirrored in the lock file, which is never replaced.
+//   - The store's identity is its generation: a count of state writes,
+//     recorded in the lock file (which is never replaced) before each.
 //     A state file put back from an older copy is seen as history that
 //     went back.
 //
