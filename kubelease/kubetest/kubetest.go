@@ -614,18 +614,19 @@ func (c *Cluster) CreateNamespace(ctx context.Context, ns string) error {
 var LeaseVerbs = []string{"get", "list", "create", "update", "delete"}
 
 // Grant gives user the verbs on leases.coordination.k8s.io in namespace
-// ns, with a Role and a RoleBinding named randflake, as
+// ns, with a Role and a RoleBinding named randflake-USER, as
 // deploy/kubernetes/deployment does for the service account.
 func (c *Cluster) Grant(ctx context.Context, ns, user string, verbs ...string) error {
+	name := "randflake-" + user
 	if err := c.Do(ctx, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/roles", map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": map[string]any{"name": "randflake"},
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": map[string]any{"name": name},
 		"rules": []any{map[string]any{"apiGroups": []string{"coordination.k8s.io"}, "resources": []string{"leases"}, "verbs": verbs}},
 	}, nil); err != nil {
 		return err
 	}
 	return c.Do(ctx, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", map[string]any{
-		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": map[string]any{"name": "randflake"},
-		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "randflake"},
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": map[string]any{"name": name},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
 		"subjects": []any{map[string]any{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}},
 	}, nil)
 }
