@@ -107,7 +107,8 @@ func (s *Sharded) GenerateContext(ctx context.Context) (int64, error) {
 
 // GenerateContext returns a new encrypted ID like Generate, waiting for
 // the next second when the generator's node range has used up the current
-// one (see Generator.GenerateContext).
+// one (see Generator.GenerateContext). For a Local of a Leased generator,
+// the rules of Leased.GenerateContext apply.
 func (l *Local) GenerateContext(ctx context.Context) (int64, error) {
 	var stop <-chan struct{}
 	if l.leased != nil {
