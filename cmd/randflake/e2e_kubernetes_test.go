@@ -416,5 +416,3 @@ func TestServeKubernetesCutOff(t *testing.T) {
 	t.Logf("%d IDs from the cut-off holder and its successor, none twice", len(all))
 	stop(t, a)
 }
-
-

@@ -359,7 +359,7 @@ func (c *Cluster) startEtcd() error {
 	c.etcdP = p
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := (&http.Client{Timeout: time.Second}).Get(c.etcdURL() + "/health")
+		resp, err := (&http.Client{Timeout: time.Second, Transport: &http.Transport{}}).Get(c.etcdURL() + "/health")
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
