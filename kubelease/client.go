@@ -144,17 +144,21 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // process runs in, as its pod's service account: the token, the CA and the
 // namespace from ServiceAccountDir, the server from KUBERNETES_SERVICE_HOST
 // and KUBERNETES_SERVICE_PORT.
-func InCluster() (*Client, error) {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+func InCluster() (*Client, error) { return inCluster(ServiceAccountDir, os.Getenv) }
+
+// inCluster is InCluster with the service account's files in dir and the
+// variables from getenv.
+func inCluster(dir string, getenv func(string) string) (*Client, error) {
+	host, port := getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
 		return nil, errors.New("kubelease: not in a Kubernetes pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set): give a kubeconfig file")
 	}
 	cfg := ClientConfig{
 		Server:    "https://" + net.JoinHostPort(host, port),
-		CAFile:    ServiceAccountDir + "/ca.crt",
-		TokenFile: ServiceAccountDir + "/token",
+		CAFile:    dir + "/ca.crt",
+		TokenFile: dir + "/token",
 	}
-	if ns, err := os.ReadFile(ServiceAccountDir + "/namespace"); err == nil {
+	if ns, err := os.ReadFile(dir + "/namespace"); err == nil {
 		cfg.Namespace = strings.TrimSpace(string(ns))
 	}
 	return NewClient(cfg)
