@@ -30,7 +30,7 @@ if [ -z "$pg_dir" ]; then
 	if p=$(command -v initdb); then
 		pg_dir=$(dirname "$p")
 	else
-		pg_dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+		pg_dir=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 	fi
 fi
 if [ -z "$pg_dir" ] || [ ! -x "$pg_dir/initdb" ] || [ ! -x "$pg_dir/postgres" ]; then
