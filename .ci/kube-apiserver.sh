@@ -4,7 +4,10 @@
 # once, and prints the binary's path. The kubelease tests find it through
 # RANDFLAKE_KUBE_APISERVER or at this same cache path.
 #
-# Cold: about 6 minutes on 2 cores; warm: the binary is already there.
+# Cold: 2,080 packages, 11.4 CPU-minutes (user) and 1.4 (sys); 25 minutes
+# of wall time on 2 cores shared with other work (load average 8 to 13),
+# about 6 on 2 idle cores. Warm (the binary cached and reporting its
+# version): 0.6 s.
 set -euo pipefail
 cd "$(dirname "$0")/kube-apiserver"
 version=v1.37.2
@@ -19,6 +22,6 @@ tmp="$bin.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
 # The version the binary reports; a module build has no git tree to read it from.
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
-GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
+GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
 mv "$tmp" "$bin"
 echo "$bin"
