@@ -5,9 +5,8 @@
 # RANDFLAKE_KUBE_APISERVER or at this same cache path.
 #
 # Cold: 2,080 packages, 11.4 CPU-minutes (user) and 1.4 (sys); 25 minutes
-# of wall time on 2 cores shared with other work (load average 8 to 13),
-# about 6 on 2 idle cores. Warm (the binary cached and reporting its
-# version): 0.6 s.
+# of wall time on 2 cores shared with other work (load average 8 to 13).
+# Warm (the binary cached and reporting its version): 0.6 s.
 set -euo pipefail
 cd "$(dirname "$0")/kube-apiserver"
 version=v1.37.2
