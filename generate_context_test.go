@@ -65,46 +65,58 @@ func TestGenerateContextWaits(t *testing.T) {
 			return func(int) func(context.Context) (int64, error) { return l.NewLocal().GenerateContext }, l.Inspector
 		}},
 	}
+	// The cases run at once, whatever -parallel says: they spend most of
+	// their time waiting for the next second.
+	var all sync.WaitGroup
+	defer all.Wait()
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			worker, in := c.setup(t)
-			// 1,200,000 IDs need at least ten seconds of one node ID; the
-			// bound leaves room for a loaded machine and the race detector.
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			ids := make([][]int64, workers)
-			errs := make([]error, workers)
-			start := time.Now()
-			var wg sync.WaitGroup
-			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					gen := worker(w)
-					ids[w] = make([]int64, 0, perWorker)
-					for range perWorker {
-						id, err := gen(ctx)
-						if err != nil {
-							errs[w] = err
-							return
-						}
-						ids[w] = append(ids[w], id)
-					}
-				}()
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			for w, err := range errs {
-				if err != nil {
-					t.Fatalf("worker %d after %d IDs: %v", w, len(ids[w]), err)
-				}
-			}
-			all := slices.Concat(ids...)
-			checkSecondsUsed(t, in, all, 77, workers*perWorker)
-			t.Logf("%d IDs on one node ID in %v", len(all), elapsed.Round(time.Millisecond))
-		})
+		all.Add(1)
+		go func() {
+			defer all.Done()
+			t.Run(c.name, func(t *testing.T) { takeWaiting(t, c.setup, workers, perWorker) })
+		}()
 	}
+}
+
+// takeWaiting has workers goroutines take perWorker IDs each through the
+// GenerateContext that setup gives them, all on node 77, and checks the
+// IDs (see TestGenerateContextWaits).
+func takeWaiting(t *testing.T, setup func(t *testing.T) (func(w int) func(context.Context) (int64, error), Inspector), workers, perWorker int) {
+	worker, in := setup(t)
+	// 1,200,000 IDs need at least ten seconds of one node ID; the
+	// bound leaves room for a loaded machine and the race detector.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ids := make([][]int64, workers)
+	errs := make([]error, workers)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gen := worker(w)
+			ids[w] = make([]int64, 0, perWorker)
+			for range perWorker {
+				id, err := gen(ctx)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				ids[w] = append(ids[w], id)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for w, err := range errs {
+		if err != nil {
+			t.Fatalf("worker %d after %d IDs: %v", w, len(ids[w]), err)
+		}
+	}
+	all := slices.Concat(ids...)
+	checkSecondsUsed(t, in, all, 77, workers*perWorker)
+	t.Logf("%d IDs on one node ID in %v", len(all), elapsed.Round(time.Millisecond))
 }
 
 // checkSecondsUsed checks that ids holds want IDs, all on node, with no
