@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/randflake/randflake"
-	"github.com/randflake/randflake/client"
 	"github.com/randflake/randflake/statedir"
 )
 
@@ -27,9 +25,9 @@ const loadUsage = `load [--url URL] [--format json|text|binary] [--batch N] [--c
 
 Sends GET /v1/ids?count=N requests to a running randflake serve, bounded in
 count and time, and reports requests and IDs per second and latency
-percentiles. By default every answer is decoded by package client and its
-IDs checked for duplicates; a duplicate, a malformed answer or an error
-fails the run (exit status 1). With --verify=false each answer is read
+percentiles. By default every answer is decoded as it arrives and its IDs
+checked for duplicates; a duplicate, a malformed answer or an error fails
+the run (exit status 1). With --verify=false each answer is read
 into a counting sink through a reused buffer instead: its status,
 Content-Type, length (Content-Length when sent) and number of IDs are
 checked, so that the load generator costs little.
@@ -37,14 +35,14 @@ checked, so that the load generator costs little.
 Bounds. The run ends within --duration (at most 60s) plus a second:
 requests still in flight at the deadline are cancelled and not counted.
 --concurrency is at most 1024. Memory is bounded whatever the run's
-length: latencies are kept in a histogram (percentiles within 1%, the
-maximum exact), and unverified answers go through a buffer of at most
-256 KiB per connection (32 MiB in all). With --verify, at most 1,048,576
-IDs may be in flight (--batch times --concurrency: one binary batch of
-1,048,576, or 100 JSON batches of 10,000), and duplicates are looked for
-among the last 1,048,576 to 2,097,152 IDs received (two tables of 16 MiB):
-a duplicate within one answer, or between two IDs fewer than 1,048,576
-IDs apart, is always caught; two equal IDs further apart may not be.
+length or the answers' size: latencies are kept in a histogram
+(percentiles within 1%, the maximum exact), and answers are read as they
+arrive through a buffer of at most 256 KiB per connection (32 MiB in
+all), counted or, with --verify, decoded a buffer at a time. --verify
+looks for duplicates among the last 1,048,576 to 2,097,152 IDs received
+(two tables of 16 MiB): a duplicate within one answer, or between two
+IDs fewer than 1,048,576 IDs apart, is always caught; two equal IDs
+further apart may not be.
 Services that share node IDs by mistake repeat IDs of the same second,
 which arrive close together: within the window at the rates load reaches.
 
@@ -61,9 +59,6 @@ kind exhausted.`
 const (
 	maxLoadConcurrency = 1024
 	maxLoadDuration    = time.Minute
-	// maxVerifyInFlight is the most IDs a verified run may ask for at
-	// once: --batch times --concurrency.
-	maxVerifyInFlight = 1 << 20
 	// deadlineGrace is how long the run waits, after its deadline, for
 	// its workers to notice; it then reports without the stragglers.
 	deadlineGrace = 500 * time.Millisecond
@@ -87,7 +82,7 @@ type loadCmd struct {
 
 func (c *loadCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the service (loopback only)")
-	fs.StringVar(&c.format, "format", "json", "answer format asked for: json, text (both base32hex unless verified, then decimal) or binary")
+	fs.StringVar(&c.format, "format", "json", "answer format asked for: json, text (both with IDs in string form) or binary")
 	fs.IntVar(&c.batch, "batch", 1, "IDs per request")
 	fs.IntVar(&c.concurrency, "concurrency", 4, "concurrent connections (at most 1024)")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to run (at most 60s)")
@@ -116,10 +111,6 @@ func (c *loadCmd) run(e *env, args []string) error {
 	}
 	if c.concurrency < 1 || c.concurrency > maxLoadConcurrency {
 		return usagef("--concurrency must be between 1 and %d", maxLoadConcurrency)
-	}
-	if c.verify && int64(c.batch)*int64(c.concurrency) > maxVerifyInFlight {
-		return usagef("--verify keeps at most %d IDs in flight, and --batch %d times --concurrency %d is more: lower either, or use --verify=false",
-			maxVerifyInFlight, c.batch, c.concurrency)
 	}
 	if c.format != "json" && c.format != "text" && c.format != "binary" {
 		return usagef("--format must be json, text or binary")
@@ -161,7 +152,7 @@ type loadConfig struct {
 	Duration    time.Duration // the run's bound in time
 	Requests    int           // the run's bound in requests; 0: none
 	Rate        float64       // requests per second in total; 0: no bound
-	// Verify decodes every ID (package client) and checks for duplicates;
+	// Verify decodes every ID as it arrives and checks for duplicates;
 	// otherwise answers are counted, not decoded.
 	Verify bool
 	// TLS is the client's TLS configuration for an https URL.
@@ -222,17 +213,6 @@ func (r loadReport) String() string {
 		r.percentile(99).Round(time.Microsecond), r.percentile(100).Round(time.Microsecond))
 }
 
-// clientFormat is the client's Format for a load format.
-func clientFormat(f string) client.Format {
-	switch f {
-	case "binary":
-		return client.FormatBinary
-	case "text":
-		return client.FormatText
-	}
-	return client.FormatJSON
-}
-
 // loadTest runs the load and, if cfg.Verify, checks the IDs for
 // duplicates (see dupWindow). It returns within cfg.Duration plus
 // deadlineGrace and a little: requests in flight at the deadline are
@@ -248,28 +228,17 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxConnsPerHost: cfg.Concurrency, TLSClientConfig: cfg.TLS}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	r := &loadRun{cfg: cfg, lat: new(latencyHistogram)}
+	r := &loadRun{cfg: cfg, lat: new(latencyHistogram), hc: hc}
 	if cfg.Verify {
-		// One Fetch is one request: no prefetch, no retry, so every
-		// request's latency shows.
-		cli, err := client.New(client.Config{
-			URL: cfg.URL, BatchSize: cfg.Batch, Format: clientFormat(cfg.Format),
-			HTTPClient: hc, MaxAge: 10 * time.Second, Token: cfg.Token,
-		})
-		if err != nil {
-			return loadReport{}, err
-		}
-		defer cli.Close()
-		r.cli, r.dups = cli, newDupWindow(dupWindowIDs)
-	} else {
-		u, err := url.Parse(cfg.URL)
-		if err != nil {
-			return loadReport{}, err
-		}
-		u = u.JoinPath("v1", "ids")
-		u.RawQuery = "count=" + strconv.Itoa(cfg.Batch)
-		r.hc, r.reqURL = hc, u.String()
+		r.dups = newDupWindow(dupWindowIDs)
 	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return loadReport{}, err
+	}
+	u = u.JoinPath("v1", "ids")
+	u.RawQuery = "count=" + strconv.Itoa(cfg.Batch)
+	r.reqURL = u.String()
 	r.start = time.Now()
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
@@ -308,10 +277,9 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 // loadRun is the state of a load test that its workers share.
 type loadRun struct {
 	cfg    loadConfig
-	cli    *client.Client // with Verify
-	dups   *dupWindow     // with Verify
-	hc     *http.Client   // without Verify
-	reqURL string         // without Verify
+	dups   *dupWindow // with Verify
+	hc     *http.Client
+	reqURL string
 	start  time.Time
 	lat    *latencyHistogram
 
@@ -328,22 +296,7 @@ type loadRun struct {
 
 // worker makes requests until the run is over.
 func (r *loadRun) worker(ctx context.Context) {
-	var (
-		fetch func() (int, int64, error)
-		last  []int64 // the IDs of the last Fetch, with Verify
-	)
-	if r.cli != nil {
-		fetch = func() (int, int64, error) {
-			got, err := r.cli.Fetch(ctx)
-			if err == nil && len(got) != r.cfg.Batch {
-				err = fmt.Errorf("asked for %d IDs, got %d", r.cfg.Batch, len(got))
-			}
-			last = got
-			return len(got), 0, err // bytes are counted unverified only
-		}
-	} else {
-		fetch = newCounter(ctx, r.hc, r.reqURL, r.cfg).fetch
-	}
+	fetch := newCounter(ctx, r.hc, r.reqURL, r.cfg, r.dups).fetch
 	for {
 		due, ok := r.claim()
 		if !ok {
@@ -385,13 +338,6 @@ func (r *loadRun) worker(ctx context.Context) {
 			return
 		}
 		lat := time.Since(t0)
-		if r.dups != nil {
-			if id, dup := r.dups.add(last); dup {
-				r.fail(fmt.Errorf("duplicate ID %d (%s)", id, randflake.EncodeString(id)))
-				return
-			}
-			last = nil
-		}
 		r.record(func() {
 			r.lat.add(lat)
 			r.requests++
@@ -445,9 +391,10 @@ type counter struct {
 	ctype string
 	buf   []byte
 	sink  countingSink
+	ids   *idSink // with Verify: decodes the IDs instead of counting bytes
 }
 
-func newCounter(ctx context.Context, hc *http.Client, reqURL string, cfg loadConfig) *counter {
+func newCounter(ctx context.Context, hc *http.Client, reqURL string, cfg loadConfig, dups *dupWindow) *counter {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, reqURL, nil)
 	if err != nil {
 		panic(err) // reqURL was made from a parsed URL
@@ -459,6 +406,9 @@ func newCounter(ctx context.Context, hc *http.Client, reqURL string, cfg loadCon
 	// At most 256 KiB per connection, 32 MiB in all.
 	size := min(256<<10, max(4<<10, (32<<20)/cfg.Concurrency))
 	c := &counter{hc: hc, req: req, cfg: cfg, ctype: contentType(cfg.Format), buf: make([]byte, size)}
+	if dups != nil {
+		c.ids = &idSink{ctx: ctx, format: cfg.Format, dups: dups, part: make([]byte, 0, maxIDText)}
+	}
 	switch cfg.Format {
 	case "json":
 		c.sink.scan = '"'
@@ -489,6 +439,9 @@ func (c *counter) fetch() (int, int64, error) {
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != c.ctype {
 		return 0, 0, fmt.Errorf("Content-Type %q, want %s", resp.Header.Get("Content-Type"), c.ctype)
 	}
+	if c.ids != nil {
+		return c.verify(resp)
+	}
 	c.sink.n, c.sink.seen = 0, 0
 	n, err := io.CopyBuffer(&c.sink, resp.Body, c.buf)
 	if err != nil {
@@ -515,14 +468,28 @@ func (c *counter) fetch() (int, int64, error) {
 	return int(ids), n, nil
 }
 
+// verify decodes the answer's IDs as they arrive and checks them for
+// duplicates.
+func (c *counter) verify(resp *http.Response) (int, int64, error) {
+	c.ids.reset()
+	n, err := io.CopyBuffer(c.ids, resp.Body, c.buf)
+	if err == nil {
+		err = c.ids.finish()
+	}
+	if err != nil {
+		return 0, n, fmt.Errorf("reading the answer after %d bytes: %w", c.ids.bytes, err)
+	}
+	if c.ids.n != int64(c.cfg.Batch) {
+		return 0, n, fmt.Errorf("asked for %d IDs, got %d (%d bytes)", c.cfg.Batch, c.ids.n, n)
+	}
+	return int(c.ids.n), 0, nil // bytes are counted unverified only
+}
+
 // errExhausted is a 503 answer of kind exhausted.
 var errExhausted = errors.New("503: this second's IDs are used up")
 
 // exhausted reports whether err is the service's 503 of kind exhausted.
-func exhausted(err error) bool {
-	var se *client.ServerError
-	return errors.Is(err, errExhausted) || (errors.As(err, &se) && se.Kind == "exhausted")
-}
+func exhausted(err error) bool { return errors.Is(err, errExhausted) }
 
 // quotaError is a 429 answer: over the client's share until wait has
 // passed.
@@ -539,10 +506,6 @@ func overQuota(err error) (time.Duration, bool) {
 	var qe quotaError
 	if errors.As(err, &qe) {
 		return min(qe.wait, 10*time.Second), true
-	}
-	var se *client.ServerError
-	if errors.As(err, &se) && se.StatusCode == http.StatusTooManyRequests {
-		return min(max(se.RetryAfter, time.Second), 10*time.Second), true
 	}
 	return 0, false
 }
