@@ -39,10 +39,10 @@ fi
 kube=${RANDFLAKE_KUBE_APISERVER:-${XDG_CACHE_HOME:-$HOME/.cache}/randflake/kube-apiserver-v1.37.2}
 if [ -d kubelease ] && [ ! -x "$kube" ]; then
 	if [ "${CI:-}" = true ]; then
-		missing+=("kube-apiserver (for kubelease): build it with .ci/kube-apiserver.sh (about 6 minutes on 2 cores, once), or set \$RANDFLAKE_KUBE_APISERVER")
+		missing+=("kube-apiserver (for kubelease): build it with .ci/kube-apiserver.sh (about 13 CPU-minutes, once), or set \$RANDFLAKE_KUBE_APISERVER")
 	else
 		echo "note: no kube-apiserver at $kube: the kubelease tests against a real API server skip;"
-		echo "      .ci/kube-apiserver.sh builds it (about 6 minutes on 2 cores, once)"
+		echo "      .ci/kube-apiserver.sh builds it (about 13 CPU-minutes, once)"
 	fi
 fi
 if ! command -v curl >/dev/null; then
