@@ -5,6 +5,7 @@ package bench
 
 import (
 	"encoding/binary"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -80,7 +81,7 @@ func generators() []generator {
 			return func() (uint64, error) {
 				for {
 					id, err := g.Generate()
-					if err != randflake.ErrResourceExhausted {
+					if !errors.Is(err, randflake.ErrResourceExhausted) {
 						return uint64(id), err
 					}
 					// One node ID: 131,072 IDs a second at most.
