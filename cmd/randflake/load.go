@@ -269,7 +269,8 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	}
 	rep.Requests, rep.IDs, rep.Bytes, rep.Refused, rep.Quota = r.requests, r.count, r.bytes, r.refused, r.quota
 	if rep.Requests == 0 {
-		return rep, errors.New("no request completed")
+		return rep, fmt.Errorf("no request completed within %v (%d connections sharing the answers of %d IDs each: fewer connections or a longer --duration complete some)",
+			cfg.Duration, cfg.Concurrency, cfg.Batch)
 	}
 	return rep, nil
 }
