@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"sort"
@@ -234,97 +235,136 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 	if c == nil && !all {
 		return held, errors.New("kubelease: internal error: a step on no blocks")
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.stepTimeout(c))
-	defer cancel()
 	for step := 0; step < maxSteps; step++ {
-		sn, err := s.list(ctx)
-		if err != nil {
-			return held, err
-		}
-		if sn.fleet == nil {
-			if err := s.createFleet(ctx); err != nil {
+		if step > 0 {
+			// Steps that collided on the fleet object try again at
+			// random moments, not all at once.
+			if err := sleepCtx(ctx, time.Duration(mrand.Int64N(int64(step)*int64(50*time.Millisecond)))); err != nil {
 				return held, err
 			}
-			continue
 		}
-		if p, rev := s.pendingOf(sn.fleet); p != nil {
-			if err := s.rollForward(ctx, sn.fleet, p, rev); err != nil {
-				return held, err
-			}
-			continue
+		// Each attempt has its own deadline: a step that waited for
+		// others' commits is not cut short for it.
+		sctx, cancel := context.WithTimeout(ctx, s.stepTimeout(c))
+		res, again, err := s.attempt(sctx, c, held, all, fn)
+		cancel()
+		if !again {
+			return res, err
 		}
-		s.noteUID(sn.fleet.Metadata.UID)
-		if c != nil {
-			for _, f := range c.blocks {
-				if b := sn.blocks[f]; b == nil || b.holder() != c.identity {
-					return held, s.lost(c, f, "its Lease object was taken over after it expired, or deleted")
-				}
-			}
-		}
-		view := s.view(sn, c, all)
-		ch, err := fn(view)
-		if err != nil {
-			return held, err
-		}
-		if ch == nil {
-			ch = &randflake.StoreChanges{}
-		}
-		if err := s.check(view, c, ch); err != nil {
-			return held, err
-		}
-		if len(ch.Claim) == 0 && len(ch.Records) == 0 && ch.Marker == nil && !ch.Release {
-			return held, nil
-		}
-		// A step that claims or records checks this machine's clock
-		// against the server's first: records carry this clock's
-		// readings, and claims lapse by the claimants'.
-		if len(ch.Claim) > 0 || len(ch.Records) > 0 || ch.Marker != nil {
-			if err := checkSkew(sn.rep, s.skew); err != nil {
-				return held, fmt.Errorf("%w (leases of %s/%s)", err, s.ns, s.name)
-			}
-		}
-		var fresh *storeClaim
-		var undo []*lease
-		if len(ch.Claim) > 0 {
-			fresh = &storeClaim{identity: s.newIdentity(), blocks: append([]int64(nil), ch.Claim...)}
-			for _, f := range ch.Claim {
-				l, err := s.claim(ctx, f, sn.blocks[f], fresh.identity)
-				if err != nil {
-					s.undo(undo)
-					return held, err
-				}
-				undo = append(undo, l)
-			}
-		}
-		p := &pending{Records: map[string]string{}}
-		for f, rec := range ch.Records {
-			p.Records[strconv.FormatInt(f, 10)] = string(rec)
-		}
-		if ch.Release {
-			p.Holder, p.Release = c.identity, c.blocks
-		}
-		committed, err := s.commit(ctx, sn.fleet, ch.Marker, p)
-		if errors.Is(err, errConflict) {
-			s.undo(undo)
-			continue
-		}
-		if err != nil {
-			s.undo(undo)
-			return held, err
-		}
-		if len(p.Records) > 0 || len(p.Release) > 0 {
-			// The step is committed: whoever lists the fleet next writes
-			// it out if this fails.
-			if err := s.rollForward(ctx, committed, p, rvOf(committed)); err != nil && s.log != nil {
-				s.log.Warn("kubelease: writing a committed step to the blocks' Lease objects failed; the next step writes it", "namespace", s.ns, "fleet", s.name, "err", err)
-			}
-		}
-		if fresh != nil {
-			return fresh, nil
-		}
-		return held, nil
 	}
 	return held, fmt.Errorf("kubelease: the leases of %s/%s changed under %d steps in a row: %w", s.ns, s.name, maxSteps, randflake.ErrStoreConflict)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// attempt runs one attempt of a step (see Update). again reports that
+// the step must run again on a new list: the store was changed under it,
+// or a pending step was written out first.
+func (s *Store) attempt(ctx context.Context, c *storeClaim, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (_ randflake.StoreClaim, again bool, _ error) {
+	sn, err := s.list(ctx)
+	if err != nil {
+		return held, false, err
+	}
+	if sn.fleet == nil {
+		if err := s.createFleet(ctx); err != nil {
+			return held, false, err
+		}
+		return held, true, nil
+	}
+	if p, rev := s.pendingOf(sn.fleet); p != nil {
+		if err := s.rollForward(ctx, sn.fleet, p, rev, nil); err != nil {
+			return held, false, err
+		}
+		return held, true, nil
+	}
+	s.noteUID(sn.fleet.Metadata.UID)
+	if c != nil {
+		for _, f := range c.blocks {
+			if b := sn.blocks[f]; b == nil || b.holder() != c.identity {
+				return held, false, s.lost(c, f, "its Lease object was taken over after it expired, or deleted")
+			}
+		}
+	}
+	view := s.view(sn, c, all)
+	ch, err := fn(view)
+	if err != nil {
+		return held, false, err
+	}
+	if ch == nil {
+		ch = &randflake.StoreChanges{}
+	}
+	if err := s.check(view, c, ch); err != nil {
+		return held, false, err
+	}
+	if len(ch.Claim) == 0 && len(ch.Records) == 0 && ch.Marker == nil && !ch.Release {
+		return held, false, nil
+	}
+	// A step that claims or records checks this machine's clock
+	// against the server's first: records carry this clock's
+	// readings, and claims lapse by the claimants'.
+	if len(ch.Claim) > 0 || len(ch.Records) > 0 || ch.Marker != nil {
+		if err := checkSkew(sn.rep, s.skew); err != nil {
+			return held, false, fmt.Errorf("%w (leases of %s/%s)", err, s.ns, s.name)
+		}
+	}
+	// The blocks' objects as they are known to be, for the writes
+	// after the commit: as listed, or as claimed.
+	known := map[int64]*lease{}
+	if c != nil {
+		for _, f := range c.blocks {
+			known[f] = sn.blocks[f]
+		}
+	}
+	var fresh *storeClaim
+	var undo []*lease
+	if len(ch.Claim) > 0 {
+		fresh = &storeClaim{identity: s.newIdentity(), blocks: append([]int64(nil), ch.Claim...)}
+		for _, f := range ch.Claim {
+			l, err := s.claim(ctx, f, sn.blocks[f], fresh.identity)
+			if err != nil {
+				s.undo(undo)
+				return held, false, err
+			}
+			undo = append(undo, l)
+			known[f] = l
+		}
+	}
+	p := &pending{Records: map[string]string{}}
+	for f, rec := range ch.Records {
+		p.Records[strconv.FormatInt(f, 10)] = string(rec)
+	}
+	if ch.Release {
+		p.Holder, p.Release = c.identity, c.blocks
+	}
+	committed, err := s.commit(ctx, sn.fleet, ch.Marker, p)
+	if errors.Is(err, errConflict) {
+		s.undo(undo)
+		return held, true, nil
+	}
+	if err != nil {
+		s.undo(undo)
+		return held, false, err
+	}
+	if len(p.Records) > 0 || len(p.Release) > 0 {
+		// The step is committed: whoever lists the fleet next writes
+		// it out if this fails.
+		if err := s.rollForward(ctx, committed, p, rvOf(committed), known); err != nil && s.log != nil {
+			s.log.Warn("kubelease: writing a committed step to the blocks' Lease objects failed; the next step writes it", "namespace", s.ns, "fleet", s.name, "err", err)
+		}
+	}
+	if fresh != nil {
+		return fresh, false, nil
+	}
+	return held, false, nil
 }
 
 // errConflict is an update refused because the object changed since it
@@ -554,7 +594,7 @@ func (s *Store) pendingOf(fleet *lease) (*pending, uint64) {
 // from the fleet object. Each block's object records the commit it last
 // took (AnnotationStep), so that the writes are done once, and never
 // after a later commit's.
-func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev uint64) error {
+func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev uint64, known map[int64]*lease) error {
 	firsts := map[int64]bool{}
 	for k := range p.Records {
 		f, err := strconv.ParseInt(k, 10, 64)
@@ -573,7 +613,7 @@ func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev u
 	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
 	for _, f := range order {
 		rec, hasRec := p.Records[strconv.FormatInt(f, 10)]
-		if err := s.writeBlock(ctx, f, rev, rec, hasRec, release[f], p.Holder); err != nil {
+		if err := s.writeBlock(ctx, f, rev, rec, hasRec, release[f], p.Holder, known[f]); err != nil {
 			return err
 		}
 	}
@@ -607,12 +647,18 @@ func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev u
 }
 
 // writeBlock writes one block's part of the commit rev: its record (if
-// hasRec) and, if release, frees its claim by holder.
-func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string, hasRec, release bool, holder string) error {
+// hasRec) and, if release, frees its claim by holder. known, if not
+// nil, is the object as last seen, tried before reading it.
+func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string, hasRec, release bool, holder string, known *lease) error {
 	name := BlockName(s.name, f)
 	for try := 0; try < maxSteps; try++ {
 		var cur lease
-		_, err := s.c.do(ctx, http.MethodGet, s.leasePath(name), nil, nil, &cur)
+		var err error
+		if try == 0 && known != nil {
+			cur = *known
+		} else {
+			_, err = s.c.do(ctx, http.MethodGet, s.leasePath(name), nil, nil, &cur)
+		}
 		missing := isCode(err, http.StatusNotFound)
 		if err != nil && !missing {
 			return err
