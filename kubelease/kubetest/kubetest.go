@@ -596,6 +596,7 @@ type StatusError struct {
 	Body string
 }
 
+// Error gives the status and the body.
 func (e *StatusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Code, e.Body) }
 
 // IsNotFound reports whether err is a 404 answer.
