@@ -1,6 +1,6 @@
 // Module kubeapiserver builds kube-apiserver from the Go module proxy for the
 // kubelease tests (see ../kube-apiserver.sh). It is not part of go.work.
-module github.com/randflake/randflake/.ci/kube-apiserver
+module kubeapiserverbuild
 
 go 1.26.0
 
