@@ -1,4 +1,4 @@
-// Module kubeapiserver builds kube-apiserver from the Go module proxy for the
+// Module kubeapiserverbuild builds kube-apiserver from the Go module proxy for the
 // kubelease tests (see ../kube-apiserver.sh). It is not part of go.work.
 module kubeapiserverbuild
 
