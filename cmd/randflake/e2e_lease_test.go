@@ -192,7 +192,7 @@ func TestServeWithEtcd(t *testing.T) {
 	stop(t, c)
 	// Without an explicit secret --etcd refuses to start.
 	r := runBinary(t, "", []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + t.TempDir()}, "serve", "--etcd", endpoint)
-	if r.code != 1 || !strings.Contains(r.stderr, "shared secret") {
+	if r.code != 2 || !strings.Contains(r.stderr, "shared secret") {
 		t.Fatalf("serve --etcd without a secret: %d %q", r.code, r.stderr)
 	}
 }

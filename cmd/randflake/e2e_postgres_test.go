@@ -69,7 +69,7 @@ func TestServeWithPostgres(t *testing.T) {
 
 	// Without an explicit secret it refuses to start.
 	r = runBinary(t, "", []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + t.TempDir(), "RANDFLAKE_POSTGRES_DSN=" + srv.DSN()}, "serve", "--listen", "127.0.0.1:0")
-	if r.code != 1 || !strings.Contains(r.stderr, "shared secret") {
+	if r.code != 2 || !strings.Contains(r.stderr, "shared secret") {
 		t.Fatalf("serve on PostgreSQL without a secret: %d %q", r.code, r.stderr)
 	}
 }

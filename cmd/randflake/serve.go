@@ -66,7 +66,9 @@ default); static, the range of --nodes (implied by it); etcd, claims at
 ordinal K (from $RANDFLAKE_ORDINAL, else the host name NAME-K) gets node
 IDs K*N to K*N+N-1 for N = --nodes-per-pod. Pods x N must stay within
 131,072 node IDs (N=1024: 128 pods); each pod issues up to N x 131,072 IDs
-a second. etcd, postgres and statefulset need the fleet's secret (--secret-file,
+a second; kubernetes, Lease objects in the pod's namespace (--kube-namespace)
+through the service account, or --kubeconfig outside a cluster. etcd,
+postgres, kubernetes and statefulset need the fleet's secret (--secret-file,
 $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET).
 
 Every flag can also be set by the variable beside it in brackets; the
@@ -146,6 +148,13 @@ func (c *serveCmd) run(e *env, args []string) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	if err := cfg.run(ctx, e, hup); err != nil {
+		// A command-line mistake found while opening the node source (a
+		// fleet source without the fleet's secret) is a usage error:
+		// exit status 2 and a pointer to --help, as for a bad flag.
+		var ue usageError
+		if errors.As(err, &ue) {
+			return err
+		}
 		// In the log's format, for whatever reads the log.
 		cfg.log.Error("serve failed", "err", err)
 		return errReported
