@@ -220,8 +220,8 @@ func TestServeKubernetesScaling(t *testing.T) {
 	// Without a secret: refused before any request.
 	r = runBinaryTimeout(t, 30*time.Second, []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + t.TempDir()},
 		append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	if r.code == 0 || !strings.Contains(r.stderr, "shared secret") {
-		t.Errorf("serve --node-source kubernetes without a secret: exit %d: %s", r.code, r.stderr)
+	if r.code != 2 || !strings.Contains(r.stderr, "shared secret") {
+		t.Errorf("serve --node-source kubernetes without a secret: exit %d, want 2 (a usage error): %s", r.code, r.stderr)
 	}
 }
 
