@@ -16,7 +16,7 @@
 #     real proxy behind it for third-party modules:
 #       go install github.com/randflake/randflake/cmd/randflake@VERSION,
 #       runs the installed binary (version, gen -n 3),
-#       go get of the root module, etcdlease and pglease from a new module,
+#       go get of the root module, etcdlease, pglease and kubelease from a new module,
 #       which then builds and runs a program using all three.
 # RELEASE_CHECK_TIMEOUT (seconds, default 240) bounds every go command.
 set -euo pipefail
@@ -91,7 +91,7 @@ RANDFLAKE_STATE_DIR="$tmp/state" HOME="$tmp/home" timeout 60 "$bin" gen -n 3 >"$
 	{ cat "$tmp/ids" "$tmp/gen.err" >&2; fail "'randflake gen -n 3' did not print 3 distinct IDs"; }
 sed 's/^/  /' "$tmp/ids"
 
-say "go get github.com/randflake/randflake@$version github.com/randflake/randflake/etcdlease@$version github.com/randflake/randflake/pglease@$version in a new module"
+say "go get github.com/randflake/randflake@$version github.com/randflake/randflake/etcdlease@$version github.com/randflake/randflake/pglease@$version github.com/randflake/randflake/kubelease@$version in a new module"
 mkdir "$tmp/user"
 cd "$tmp/user"
 run "go mod init" go mod init example.com/user
@@ -105,6 +105,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease"
+	"github.com/randflake/randflake/kubelease"
 	"github.com/randflake/randflake/pglease"
 )
 
@@ -138,6 +139,12 @@ func main() {
 	} else {
 		fmt.Println("pglease.New:", err)
 	}
+	if _, err := kubelease.New(kubelease.Config{}); err == nil {
+		fmt.Println("kubelease.New without a secret: no error")
+		os.Exit(1)
+	} else {
+		fmt.Println("kubelease.New:", err)
+	}
 	if sql, err := pglease.SchemaSQL("", ""); err != nil || len(sql) == 0 {
 		fmt.Println("pglease.SchemaSQL:", err)
 		os.Exit(1)
@@ -145,9 +152,9 @@ func main() {
 	fmt.Println("id:", randflake.ID(id))
 }
 GO
-run "go get" go get "github.com/randflake/randflake@$version" "github.com/randflake/randflake/etcdlease@$version" "github.com/randflake/randflake/pglease@$version"
+run "go get" go get "github.com/randflake/randflake@$version" "github.com/randflake/randflake/etcdlease@$version" "github.com/randflake/randflake/pglease@$version" "github.com/randflake/randflake/kubelease@$version"
 run "go mod tidy" go mod tidy
-for m in github.com/randflake/randflake github.com/randflake/randflake/etcdlease github.com/randflake/randflake/pglease; do
+for m in github.com/randflake/randflake github.com/randflake/randflake/etcdlease github.com/randflake/randflake/pglease github.com/randflake/randflake/kubelease; do
 	got=$(go list -m -f '{{.Version}}' "$m")
 	[ "$got" = "$version" ] || fail "the new module uses $m $got, not $version"
 done
