@@ -96,7 +96,7 @@ const (
 	testTTL  = 3 * time.Second
 	testSkew = 200 * time.Millisecond
 	// testWait is how long unknown history is waited out with testTTL
-	// and testSkew: TTL + MaxClockSkew, rounded up to whole seconds.
+	// and testSkew: TTL + 2 x MaxClockSkew, rounded up to whole seconds.
 	testWait = 4
 )
 

@@ -142,7 +142,7 @@ func TestResetHistory(t *testing.T) {
 	check := checker(t)
 	check.Add("the holder through the reset", ids1)
 	min2 := check.Add("the claimant after it", ids2, g2.Lease()).First
-	// TTL + MaxClockSkew, rounded up to whole seconds, after the reset.
+	// TTL + 2 x MaxClockSkew, rounded up to whole seconds, after the reset.
 	if len(ids2) == 0 || min2 < resetAt.Unix()+4 || g2.Lease().Start < resetAt.Unix()+4 {
 		t.Errorf("after the reset at second %d: the next claim %v issued %d IDs from second %d; want none before second %d",
 			resetAt.Unix(), g2.Lease(), len(ids2), min2, resetAt.Unix()+4)

@@ -215,7 +215,8 @@ type Config struct {
 	MaxClockSkew time.Duration
 	// Horizon is the longest TTL any process of the fleet uses (0: TTL):
 	// unknown history (a wiped table, one upgraded from version 1, a
-	// failover) is waited out for it plus MaxClockSkew.
+	// failover) is waited out for it plus 2 x MaxClockSkew (two holders'
+	// clocks may differ by that much).
 	Horizon time.Duration
 	// Holder describes this process in its claims (default: host name and
 	// process ID).

@@ -33,7 +33,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("defaults: %+v", st)
 	}
 	info := st.Info()
-	if info.Name != "postgres randflake_blocks" || info.Promise != DefaultTTL || !info.Durable || info.MaxClockSkew != DefaultMaxClockSkew ||
+	if info.Name != "postgres randflake_blocks" || info.Promise != DefaultTTL || !info.Durable || info.MaxClockSkew != 2*DefaultMaxClockSkew ||
 		info.EndFor(time.Unix(100, 0)) != endFor(time.Unix(100, 0), DefaultTTL, DefaultMaxClockSkew) {
 		t.Errorf("store info: %+v", info)
 	}

@@ -221,7 +221,7 @@ func TestMigrateFromV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Release(ctx, l, 0)
-	// TTL + MaxClockSkew, rounded up to whole seconds.
+	// TTL + 2 x MaxClockSkew, rounded up to whole seconds.
 	if l.FirstNode != 16 || l.Start < t0.Unix()+4 || waited < 3*time.Second {
 		t.Errorf("first claim after the upgrade: %v after %v; want node IDs 16-31 from at least second %d", l, waited, t0.Unix()+4)
 	}

@@ -86,13 +86,16 @@ func newStore(cfg Config) (*store, error) {
 
 // Info describes the claims: they lapse one TTL after the last renewal by
 // the server's clock, and a holder records its promises one TTL ahead.
+// Every holder's clock is within MaxClockSkew of the server's, so two
+// holders' clocks are within twice that of each other: the bound the
+// engine needs when it waits out what an unknown holder may have promised.
 func (st *store) Info() randflake.StoreInfo {
 	return randflake.StoreInfo{
 		Name:         "postgres " + st.n.display,
 		EndFor:       func(t0 time.Time) int64 { return endFor(t0, st.ttl, st.skew) },
 		Promise:      st.ttl,
 		Durable:      true,
-		MaxClockSkew: st.skew,
+		MaxClockSkew: 2 * st.skew,
 	}
 }
 
