@@ -73,23 +73,9 @@ func TestKilledHolder(t *testing.T) {
 		t.Fatalf("claim while the holder lives: %v, want ErrNoFreeNodes", err)
 	}
 	killedAt := h.KillMidSecond()
-	var g *randflake.Leased
-	var err error
-	var refused time.Duration // the last refusal, after the kill
-	for {
-		g, err = NewLeased(ctx, testSecret, cfg)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrNoFreeNodes) {
-			t.Fatal(err)
-		}
-		if time.Since(killedAt) > 3*testTTL {
-			t.Fatal("the killed holder's node IDs not free 3 TTLs after SIGKILL")
-		}
-		refused = time.Since(killedAt)
-		time.Sleep(50 * time.Millisecond)
-	}
+	g, refused := leasetest.ClaimAfterKill(t, killedAt, 3*testTTL, 50*time.Millisecond, func() (*randflake.Leased, error) {
+		return NewLeased(ctx, testSecret, cfg)
+	})
 	startedAt := time.Since(killedAt)
 	defer g.Close(ctx)
 	// The last keep-alive was at most a renewal interval (under a second

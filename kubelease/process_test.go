@@ -64,23 +64,9 @@ func TestKilledHolder(t *testing.T) {
 		t.Fatalf("claim while the holder lives: %v, want ErrNoFreeNodes", err)
 	}
 	killedAt := h.KillMidSecond()
-	var g *randflake.Leased
-	var err error
-	var refused time.Duration
-	for {
-		g, err = NewLeased(ctx, testSecret, cfg)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrNoFreeNodes) {
-			t.Fatal(err)
-		}
-		if time.Since(killedAt) > 4*testTTL {
-			t.Fatal("the killed holder's node IDs not free 4 TTLs after SIGKILL")
-		}
-		refused = time.Since(killedAt)
-		time.Sleep(100 * time.Millisecond)
-	}
+	g, refused := leasetest.ClaimAfterKill(t, killedAt, 4*testTTL, 100*time.Millisecond, func() (*randflake.Leased, error) {
+		return NewLeased(ctx, testSecret, cfg)
+	})
 	startedAt := time.Since(killedAt)
 	defer g.Close(ctx)
 	// The last renewal was at most a renewal interval before the kill.

@@ -325,6 +325,30 @@ func (h *Holder) KillMidSecond() time.Time {
 	return h.Kill()
 }
 
+// ClaimAfterKill calls claim until it succeeds, once a holder was killed
+// at killedAt, every poll while claim is refused with ErrNoFreeNodes, and
+// fails t on any other error or if claim still fails within of the kill.
+// It returns the generator and how long after the kill the last refusal
+// came (0 if none did): what a test compares with the killed claim's TTL.
+func ClaimAfterKill(t testing.TB, killedAt time.Time, within, poll time.Duration, claim func() (*randflake.Leased, error)) (*randflake.Leased, time.Duration) {
+	t.Helper()
+	var refused time.Duration
+	for {
+		g, err := claim()
+		if err == nil {
+			return g, refused
+		}
+		if !errors.Is(err, randflake.ErrNoFreeNodes) {
+			t.Fatal(err)
+		}
+		if time.Since(killedAt) > within {
+			t.Fatalf("the killed holder's node IDs not free %v after SIGKILL", within)
+		}
+		refused = time.Since(killedAt)
+		time.Sleep(poll)
+	}
+}
+
 // Kill sends SIGKILL now, waits for the holder to die, and returns the
 // time of the kill.
 func (h *Holder) Kill() time.Time {
