@@ -127,8 +127,8 @@ func Start() (*Server, error) {
 	}
 	s := &Server{etcd: etcd, etcdctl: etcdctl, dir: dir, log: filepath.Join(dir, "etcd.log"), token: DefaultClusterToken}
 	s.data = s.newDataDir()
-	if s.client, err = freePort(); err == nil {
-		s.peer, err = freePort()
+	if s.client, err = leasetest.FreePort(); err == nil {
+		s.peer, err = leasetest.FreePort()
 	}
 	if err == nil {
 		err = s.Start()
@@ -157,17 +157,6 @@ func makeDir() (string, error) {
 func New(t testing.TB) *Server {
 	t.Helper()
 	return leasetest.ServerFor(t, "etcdtest: starting etcd", Start, ErrNotFound)
-}
-
-// freePort returns a port of 127.0.0.1 the kernel chose, free when it
-// returns.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // newDataDir names a data directory not used yet.

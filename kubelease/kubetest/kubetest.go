@@ -171,7 +171,7 @@ func Start() (*Cluster, error) {
 func (c *Cluster) setup() error {
 	var err error
 	for _, p := range []*int{&c.etcdPort, &c.peerPort, &c.apiPort} {
-		if *p, err = freePort(); err != nil {
+		if *p, err = leasetest.FreePort(); err != nil {
 			return err
 		}
 	}
@@ -277,15 +277,6 @@ func (c *Cluster) ClientCertificate(user string, groups ...string) (certPEM, key
 }
 
 func (c *Cluster) path(name string) string { return filepath.Join(c.dir, name) }
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
 
 func (c *Cluster) newDataDir() string {
 	c.gen++

@@ -220,7 +220,7 @@ func (f *fleet) supervise(s *server) {
 			s.setState("not started")
 			return
 		}
-		port, err := freePort()
+		port, err := leasetest.FreePort()
 		if err != nil {
 			f.t.Errorf("%s: %v", s.name, err)
 			s.setState("not started")

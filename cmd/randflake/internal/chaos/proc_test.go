@@ -4,14 +4,10 @@ package chaos
 
 import (
 	"bytes"
-	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -116,53 +112,4 @@ func (p *proc) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-var (
-	portMu    sync.Mutex
-	portsUsed = map[int]bool{}
-)
-
-// freePort returns a loopback port nobody listens on, never the same twice.
-// It picks ports below the kernel's ephemeral range, so that no outgoing
-// connection can take a port the test means to listen on again later (an
-// etcd member restarted on its ports, a proxy restored).
-func freePort() (int, error) {
-	portMu.Lock()
-	defer portMu.Unlock()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil {
-				low = v
-			}
-		}
-	}
-	lo, hi := max(1024, low-10000), low-1
-	for try := 0; hi-lo > 500 && try < 500; try++ {
-		p := lo + rand.IntN(hi-lo+1)
-		if portsUsed[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		portsUsed[p] = true
-		return p, nil
-	}
-	for try := 0; try < 100; try++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !portsUsed[p] {
-			portsUsed[p] = true
-			return p, nil
-		}
-	}
-	return 0, fmt.Errorf("no free loopback port")
 }
