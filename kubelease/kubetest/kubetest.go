@@ -607,8 +607,42 @@ var LeaseVerbs = []string{"get", "list", "create", "update", "delete"}
 
 // Grant gives user the verbs on leases.coordination.k8s.io in namespace
 // ns, with a Role and a RoleBinding named randflake-USER, as
-// deploy/kubernetes/deployment does for the service account.
+// deploy/kubernetes/deployment does for the service account. It returns
+// once the API server's authorizer allows every verb: RBAC objects take
+// effect a moment after they are written.
 func (c *Cluster) Grant(ctx context.Context, ns, user string, verbs ...string) error {
+	if err := c.writeGrant(ctx, ns, user, verbs); err != nil {
+		return err
+	}
+	for _, verb := range verbs {
+		for {
+			var review struct {
+				Status struct {
+					Allowed bool `json:"allowed"`
+				} `json:"status"`
+			}
+			if err := c.Do(ctx, http.MethodPost, "/apis/authorization.k8s.io/v1/subjectaccessreviews", map[string]any{
+				"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+				"spec": map[string]any{"user": user, "resourceAttributes": map[string]any{
+					"namespace": ns, "verb": verb, "group": "coordination.k8s.io", "resource": "leases"}},
+			}, &review); err != nil {
+				return err
+			}
+			if review.Status.Allowed {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("kubetest: %s may not %s leases in %s yet: %w", user, verb, ns, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// writeGrant writes Grant's Role and RoleBinding.
+func (c *Cluster) writeGrant(ctx context.Context, ns, user string, verbs []string) error {
 	name := "randflake-" + user
 	if err := c.Do(ctx, http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/roles", map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": map[string]any{"name": name},
