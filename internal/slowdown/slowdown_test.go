@@ -21,12 +21,14 @@ func TestFactorRisesUnderContention(t *testing.T) {
 	stop := time.Now().Add(300 * time.Millisecond)
 	var wg sync.WaitGroup
 	for range 4 * runtime.NumCPU() {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			for time.Now().Before(stop) {
 			}
-		})
+		}()
 	}
 	old := runtime.GOMAXPROCS(4 * runtime.NumCPU())
 	wg.Wait()
