@@ -1,8 +1,37 @@
 #!/usr/bin/env bash
-# The whole test suite: every module of the repository vetted and tested,
-# the library under the race detector. .ci/run runs this first.
+# The whole test suite: every module of the repository vetted and tested
+# under the race detector, against the real servers the tests start.
+# .ci/run runs this first.
+#
+#   ./test.sh           the whole suite (CONTRIBUTING.md: prerequisites, times)
+#   ./test.sh --quick   the quick loop: every test that needs no external
+#                       server and waits out no lease second (go test -short),
+#                       without the race detector
+#
+# The steps run side by side ($RANDFLAKE_TEST_JOBS at a time, default 3:
+# they mostly wait out real seconds), each into a log of its own; every
+# step runs to its end whatever the others do. Then every failing test is
+# printed with its output, and the last line counts the tests:
+# "N passed, N failed". The exit status is 1 if anything failed.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+quick=false
+for arg in "$@"; do
+	case $arg in
+	--quick) quick=true ;;
+	-h | --help)
+		sed -n '5,16p' "$0" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		echo "test.sh: unknown argument $arg (--quick, or none)" >&2
+		exit 2
+		;;
+	esac
+done
+jobs=${RANDFLAKE_TEST_JOBS:-3}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: RANDFLAKE_TEST_JOBS must be a positive count, not $jobs" >&2; exit 2; }
 
 # Prerequisites, all checked before anything runs: every missing one is
 # named at once, with the Debian/Ubuntu package that provides it
@@ -13,43 +42,46 @@ if ! gov=$(go env GOVERSION 2>/dev/null); then
 elif [[ $gov =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] < 26)); then
 	missing+=("Go 1.26 or later: this is $gov (go.work needs go 1.26.0)")
 fi
-etcd_dir=${RANDFLAKE_ETCD_BIN:-}
-for tool in etcd etcdctl; do
-	if [ -n "$etcd_dir" ]; then
-		[ -x "$etcd_dir/$tool" ] || missing+=("$tool: not in \$RANDFLAKE_ETCD_BIN ($etcd_dir)")
-	elif ! command -v $tool >/dev/null; then
-		pkg=etcd-server
-		[ $tool = etcdctl ] && pkg=etcd-client
-		missing+=("$tool (etcd 3.4 or later): apt-get install $pkg, or set \$RANDFLAKE_ETCD_BIN to its directory")
+# The servers the whole suite starts (the quick loop needs none).
+if ! $quick; then
+	etcd_dir=${RANDFLAKE_ETCD_BIN:-}
+	for tool in etcd etcdctl; do
+		if [ -n "$etcd_dir" ]; then
+			[ -x "$etcd_dir/$tool" ] || missing+=("$tool: not in \$RANDFLAKE_ETCD_BIN ($etcd_dir)")
+		elif ! command -v $tool >/dev/null; then
+			pkg=etcd-server
+			[ $tool = etcdctl ] && pkg=etcd-client
+			missing+=("$tool (etcd 3.4 or later): apt-get install $pkg, or set \$RANDFLAKE_ETCD_BIN to its directory")
+		fi
+	done
+	# PostgreSQL as pglease/pgtest finds it: $RANDFLAKE_PGLEASE_BIN, else
+	# initdb on PATH, else /usr/lib/postgresql/VERSION/bin.
+	pg_dir=${RANDFLAKE_PGLEASE_BIN:-}
+	if [ -z "$pg_dir" ]; then
+		if p=$(command -v initdb); then
+			pg_dir=$(dirname "$p")
+		else
+			pg_dir=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+		fi
 	fi
-done
-# PostgreSQL as pglease/pgtest finds it: $RANDFLAKE_PGLEASE_BIN, else
-# initdb on PATH, else /usr/lib/postgresql/VERSION/bin.
-pg_dir=${RANDFLAKE_PGLEASE_BIN:-}
-if [ -z "$pg_dir" ]; then
-	if p=$(command -v initdb); then
-		pg_dir=$(dirname "$p")
-	else
-		pg_dir=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+	if [ -z "$pg_dir" ] || [ ! -x "$pg_dir/initdb" ] || [ ! -x "$pg_dir/postgres" ]; then
+		missing+=("initdb and postgres (PostgreSQL): apt-get install postgresql (found on PATH or under /usr/lib/postgresql/*/bin), or set \$RANDFLAKE_PGLEASE_BIN to their directory")
 	fi
-fi
-if [ -z "$pg_dir" ] || [ ! -x "$pg_dir/initdb" ] || [ ! -x "$pg_dir/postgres" ]; then
-	missing+=("initdb and postgres (PostgreSQL): apt-get install postgresql (found on PATH or under /usr/lib/postgresql/*/bin), or set \$RANDFLAKE_PGLEASE_BIN to their directory")
-fi
-kube=${RANDFLAKE_KUBE_APISERVER:-${XDG_CACHE_HOME:-$HOME/.cache}/randflake/kube-apiserver-v1.37.2}
-if [ -d kubelease ] && [ ! -x "$kube" ]; then
-	if [ "${CI:-}" = true ]; then
-		missing+=("kube-apiserver (for kubelease): build it with .ci/kube-apiserver.sh (about 13 CPU-minutes, once), or set \$RANDFLAKE_KUBE_APISERVER")
-	else
-		echo "note: no kube-apiserver at $kube: the kubelease tests against a real API server skip;"
-		echo "      .ci/kube-apiserver.sh builds it (about 13 CPU-minutes, once)"
+	kube=${RANDFLAKE_KUBE_APISERVER:-${XDG_CACHE_HOME:-$HOME/.cache}/randflake/kube-apiserver-v1.37.2}
+	if [ -d kubelease ] && [ ! -x "$kube" ]; then
+		if [ "${CI:-}" = true ]; then
+			missing+=("kube-apiserver (for kubelease): build it with .ci/kube-apiserver.sh (about 13 CPU-minutes, once), or set \$RANDFLAKE_KUBE_APISERVER")
+		else
+			echo "note: no kube-apiserver at $kube: the kubelease tests against a real API server skip;"
+			echo "      .ci/kube-apiserver.sh builds it (about 13 CPU-minutes, once)"
+		fi
 	fi
-fi
-if ! command -v curl >/dev/null; then
-	if [ "${CI:-}" = true ]; then
-		missing+=("curl (the command's TLS and HTTP/2 tests): apt-get install curl")
-	else
-		echo "note: no curl: the command's TLS and HTTP/2 tests against curl skip (apt-get install curl)"
+	if ! command -v curl >/dev/null; then
+		if [ "${CI:-}" = true ]; then
+			missing+=("curl (the command's TLS and HTTP/2 tests): apt-get install curl")
+		else
+			echo "note: no curl: the command's TLS and HTTP/2 tests against curl skip (apt-get install curl)"
+		fi
 	fi
 fi
 if [ ${#missing[@]} -gt 0 ]; then
@@ -69,30 +101,90 @@ if [ -z "${RANDFLAKE_VECTORS:-}" ]; then
 	echo "      compatibility is checked against the project's own known answers in testdata/golden_vectors.json only"
 fi
 
-echo "== library: vet and tests under -race (the lease engine and its conformance suite, leasetest, on the reference store)"
-go vet ./...
-go test -race -count=1 ./...
+logs=$(mktemp -d "${TMPDIR:-/tmp}/randflake-test.XXXXXX")
+start=$SECONDS
+race=-race short=""
+if $quick; then
+	race="" short=-short
+fi
+# go test's own limit per test binary, far above any package's time on a
+# loaded machine: a hung test is reported with every goroutine's stack.
+timeout=25m
 
-echo "== etcd lease module: vet and tests under -race against etcd servers the tests start (etcd, etcdctl), the lease conformance suite included"
-(cd etcdlease && go vet ./... && go test -race -count=1 ./...)
+# step NAME DIR GOTEST-ARGS...: go vet and go test -json in DIR, into
+# $logs/NAME.vet.log and $logs/NAME.json.
+step() {
+	local name=$1 dir=$2
+	shift 2
+	local t0=$SECONDS
+	if ! (cd "$dir" && go vet "${vet_tags[@]}" "${vet_pkgs[@]}") >"$logs/$name.vet.log" 2>&1; then
+		echo "vet failed" >"$logs/$name.vet.failed"
+	fi
+	local status=ok
+	(cd "$dir" && go test -json -count=1 -timeout "$timeout" "$@") >"$logs/$name.json" 2>"$logs/$name.stderr" || status=FAIL
+	[ -f "$logs/$name.vet.failed" ] && status=FAIL
+	printf '%-5s %-10s %4d s (at %d s)\n' "$status" "$name" $((SECONDS - t0)) $((SECONDS - start))
+}
 
-echo "== PostgreSQL lease module: vet and tests under -race against PostgreSQL servers the tests start (initdb, postgres), the lease conformance suite included"
-(cd pglease && go vet ./... && go test -race -count=1 ./...)
+names=()
+running=0
+# launch NAME DIR [--vet-tags TAGS] [--vet PKGS] GOTEST-ARGS...: step in
+# the background, at most $jobs at a time.
+launch() {
+	local name=$1 dir=$2
+	shift 2
+	vet_tags=() vet_pkgs=(./...)
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--vet-tags) vet_tags=(-tags "$2"); shift 2 ;;
+		--vet) vet_pkgs=("$2"); shift 2 ;;
+		*) break ;;
+		esac
+	done
+	while [ "$running" -ge "$jobs" ]; do
+		wait -n || true
+		running=$((running - 1))
+	done
+	names+=("$name")
+	echo "start $name: $dir"
+	step "$name" "$dir" "$@" &
+	running=$((running + 1))
+}
 
-echo "== Kubernetes lease module: vet and tests under -race against a kube-apiserver and etcd the tests start (kube-apiserver from .ci/kube-apiserver.sh or \$RANDFLAKE_KUBE_APISERVER), the lease conformance suite included"
-(cd kubelease && go vet ./... && go test -race -count=1 ./...)
+echo "== $(if $quick; then echo "quick loop (go test -short, no race detector)"; else echo "whole suite (-race)"; fi), $jobs steps at a time; logs in $logs"
+# The longest first.
+launch cmd cmd/randflake $race $short ./...
+if ! $quick; then
+	# The fleet chaos: serve on a 3-member etcd cluster, on PostgreSQL,
+	# and 16 serve on one state directory, under SIGKILL, SIGSTOP,
+	# partitions, quorum loss, wiped claims, restored snapshots and
+	# rolled-back rows (docs/chaos.md).
+	launch chaos cmd/randflake --vet-tags chaos --vet ./internal/chaos/ -tags chaos ./internal/chaos/
+fi
+launch pglease pglease $race $short ./...
+launch library . $race $short ./...
+launch etcdlease etcdlease $race $short ./...
+launch kubelease kubelease $race $short ./...
+if ! $quick; then
+	# Every benchmark once.
+	launch bench bench -run . -bench . -benchtime 1x ./...
+fi
+wait
+echo "== every step ended ($((SECONDS - start)) s); the results:"
 
-echo "== command module (randflake gen/inspect/serve/...): vet and tests under -race"
-(cd cmd/randflake && go vet ./... && go test -race -count=1 ./...)
-
-echo "== fleet chaos: serve on a 3-member etcd cluster, on PostgreSQL, and 16 serve on one state directory, under SIGKILL, SIGSTOP, partitions, quorum loss, wiped claims, restored snapshots and rolled-back rows (about 3.5 minutes)"
-(cd cmd/randflake && go vet -tags chaos ./internal/chaos/ && log=$(mktemp) && trap 'rm -f "$log"' EXIT &&
-	if go test -tags chaos -count=1 -timeout 10m -v ./internal/chaos/ >"$log" 2>&1; then
-		grep -E '^(chaos( [a-z]+)?: |--- |ok )' "$log"
-	else
-		cat "$log"
-		exit 1
-	fi)
-
-echo "== bench module: vet, and every benchmark once"
-(cd bench && go vet ./... && go test -count=1 -run . -bench . -benchtime 1x ./... >/dev/null && echo "bench: every benchmark ran once")
+args=()
+for n in "${names[@]}"; do
+	if [ -f "$logs/$n.vet.failed" ]; then
+		args+=("vet-$n=$logs/$n.vet.log")
+	fi
+	if [ -s "$logs/$n.stderr" ]; then
+		# What go test wrote outside its JSON stream (a bad flag, a
+		# module error) is shown with the step's results.
+		cat "$logs/$n.stderr" >>"$logs/$n.json"
+	fi
+	args+=("$n=$logs/$n.json")
+done
+# The chaos step's figures (IDs collected, duplicates) are printed even
+# when it passes.
+go build -o "$logs/testreport" ./internal/testreport
+"$logs/testreport" -show '^(chaos( [a-z]+)?: )' "${args[@]}"
