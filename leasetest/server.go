@@ -3,9 +3,11 @@ package leasetest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,9 +43,11 @@ func ServerFor[S interface{ Close() }](t testing.TB, what string, start func() (
 // postgres), started by StartServer and stopped by its process ID, never
 // by name. Its methods may be called from any goroutine.
 type ServerProcess struct {
-	name   string // in errors
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once the process has been reaped
+	name    string // in errors
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once the process has been reaped
+	log     string        // the log file
+	logFrom int64         // where this start's output begins in it
 }
 
 // StartServer starts cmd, with its standard output and error appended to
@@ -64,11 +68,15 @@ func StartServer(name string, cmd *exec.Cmd, logFile string) (*ServerProcess, er
 	}
 	defer lf.Close() // the server has its own copy
 	fmt.Fprintf(lf, "--- %s: starting at %s\n", name, time.Now().UTC().Format(time.RFC3339Nano))
+	from, err := lf.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	if err := spawn(cmd); err != nil {
 		return nil, fmt.Errorf("%s: starting %s: %w", name, cmd.Path, err)
 	}
-	p := &ServerProcess{name: name, cmd: cmd, exited: make(chan struct{})}
+	p := &ServerProcess{name: name, cmd: cmd, exited: make(chan struct{}), log: logFile, logFrom: from}
 	go func() {
 		cmd.Wait()
 		close(p.exited)
@@ -84,6 +92,36 @@ func LogTail(logFile string) string {
 		b = b[len(b)-4096:]
 	}
 	return string(b)
+}
+
+// Output returns what the server has written to its log since this start
+// (the last 64 KB of it).
+func (p *ServerProcess) Output() string {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	from := p.logFrom
+	if fi, err := f.Stat(); err == nil && fi.Size()-from > 64<<10 {
+		from = fi.Size() - 64<<10
+	}
+	b, _ := io.ReadAll(io.NewSectionReader(f, from, 64<<10))
+	return string(b)
+}
+
+// PortTaken returns an error wrapping ErrPortTaken if the server's output
+// since this start says that an address it was to listen on is in use
+// ("address already in use", as Go programs and PostgreSQL put it), else
+// nil. A harness calls it once the server has exited, to start it again on
+// new ports (see StartOnFreePorts).
+func (p *ServerProcess) PortTaken() error {
+	for _, line := range strings.Split(p.Output(), "\n") {
+		if strings.Contains(strings.ToLower(line), "address already in use") {
+			return fmt.Errorf("%s (pid %d): %w: %s", p.name, p.PID(), ErrPortTaken, strings.TrimSpace(line))
+		}
+	}
+	return nil
 }
 
 // spawns carries start requests to the one goroutine that forks servers.

@@ -1,0 +1,137 @@
+package leasetest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// portChildEnv carries, to a test binary run again by
+// TestFreePortAcrossProcesses, the ports its parent reserved.
+const portChildEnv = "RANDFLAKE_LEASETEST_PORTS"
+
+// The ports FreePort hands out are reserved for the process's life across
+// processes: another test binary can reserve none of them, while the
+// server they are for can bind them.
+func TestFreePortAcrossProcesses(t *testing.T) {
+	if env, ok := os.LookupEnv(portChildEnv); ok {
+		// The child: every port of the parent's is refused here.
+		for _, f := range strings.Fields(env) {
+			p, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			portMu.Lock()
+			got := reserve(p)
+			portMu.Unlock()
+			if got {
+				t.Errorf("port %d, reserved by the parent process, reserved again in another", p)
+			}
+		}
+		return
+	}
+	t.Parallel()
+	var ports []string
+	seen := map[int]bool{}
+	for range 20 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("FreePort handed out port %d twice", p)
+		}
+		seen[p] = true
+		ports = append(ports, strconv.Itoa(p))
+		// The server the port is for binds it by TCP.
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatalf("a server cannot bind port %d, reserved for it: %v", p, err)
+		}
+		ln.Close()
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFreePortAcrossProcesses$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), portChildEnv+"="+strings.Join(ports, " "))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestFreePortAcrossProcesses") {
+		t.Fatalf("the other process (%v):\n%s", err, out)
+	}
+}
+
+// StartOnFreePorts starts a server again on new ports while it reports a
+// port taken, returns any other error at once, and gives up after
+// PortAttempts sets, naming them.
+func TestStartOnFreePorts(t *testing.T) {
+	t.Parallel()
+	var sets [][]int
+	err := StartOnFreePorts("test server", 2, func(ports []int) error {
+		sets = append(sets, ports)
+		if len(sets) < 3 {
+			return fmt.Errorf("bind: %w", ErrPortTaken)
+		}
+		return nil
+	})
+	if err != nil || len(sets) != 3 {
+		t.Fatalf("a server that bound at its third set of ports: %v after %d sets", err, len(sets))
+	}
+	seen := map[int]bool{}
+	for _, s := range sets {
+		if len(s) != 2 {
+			t.Fatalf("sets of ports %v: want 2 ports each", sets)
+		}
+		for _, p := range s {
+			if seen[p] {
+				t.Fatalf("sets of ports %v: port %d tried twice", sets, p)
+			}
+			seen[p] = true
+		}
+	}
+
+	calls := 0
+	err = StartOnFreePorts("test server", 1, func([]int) error { calls++; return fmt.Errorf("bind: %w", ErrPortTaken) })
+	if !errors.Is(err, ErrPortTaken) || calls != PortAttempts || !strings.Contains(err.Error(), "test server: gave up after") {
+		t.Errorf("a server whose every port was taken: %v after %d tries; want ErrPortTaken, named, after %d", err, calls, PortAttempts)
+	}
+
+	other := errors.New("no such program")
+	calls = 0
+	err = StartOnFreePorts("test server", 1, func([]int) error { calls++; return other })
+	if err != other || calls != 1 {
+		t.Errorf("a server failing for another reason: %v after %d tries; want its error after one", err, calls)
+	}
+}
+
+// A server's PortTaken reads only what it wrote since its own start.
+func TestServerPortTaken(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	log := filepath.Join(t.TempDir(), "server.log")
+	start := func(script string) *ServerProcess {
+		t.Helper()
+		p, err := StartServer("test server", exec.Command("sh", "-c", script), log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-p.Exited()
+		return p
+	}
+	taken := start(`echo "listen tcp 127.0.0.1:1234: bind: address already in use" >&2; exit 1`)
+	if err := taken.PortTaken(); !errors.Is(err, ErrPortTaken) || !strings.Contains(err.Error(), "127.0.0.1:1234") {
+		t.Errorf("a server that could not bind: PortTaken %v; want ErrPortTaken with its line", err)
+	}
+	ok := start(`echo "serving"; exit 1`)
+	if err := ok.PortTaken(); err != nil {
+		t.Errorf("a later start that bound: PortTaken %v, from an earlier start's output", err)
+	}
+	if out := ok.Output(); out != "serving\n" {
+		t.Errorf("the later start's output %q, want its own line only", out)
+	}
+}
