@@ -30,6 +30,7 @@ package etcdtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -126,13 +128,14 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{etcd: etcd, etcdctl: etcdctl, dir: dir, log: filepath.Join(dir, "etcd.log"), token: DefaultClusterToken}
-	s.data = s.newDataDir()
-	if s.client, err = leasetest.FreePort(); err == nil {
-		s.peer, err = leasetest.FreePort()
-	}
-	if err == nil {
-		err = s.Start()
-	}
+	// A port another program took first fails etcd's bind: start it again
+	// on new ports, in a new data directory (the member's peer URL is in
+	// its data).
+	err = leasetest.StartOnFreePorts("etcdtest: starting etcd", 2, func(ports []int) error {
+		s.client, s.peer = ports[0], ports[1]
+		s.data = s.newDataDir()
+		return s.Start()
+	})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -247,28 +250,43 @@ func (s *Server) startLocked() error {
 		return err
 	}
 	s.proc = proc
-	deadline := time.Now().Add(30 * time.Second)
+	meter := slowdown.Start()
+	began := time.Now()
 	for {
 		if err = s.healthy(); err == nil {
-			return nil
+			if err = s.ours(); err == nil {
+				return nil
+			}
+			// Another etcd answers on the client port: ours cannot
+			// have bound it.
+			s.stopLocked(syscall.SIGKILL)
+			return fmt.Errorf("etcdtest: %w: %v", leasetest.ErrPortTaken, err)
 		}
 		select {
 		case <-proc.Exited():
 			s.proc = nil
+			if e := proc.PortTaken(); e != nil {
+				return fmt.Errorf("etcdtest: etcd could not listen on %s and %s (a restart keeps its ports): %w", s.URL(), s.peerURL(), e)
+			}
 			return fmt.Errorf("etcdtest: etcd exited: %v\n%s", proc.State(), s.LogTail())
 		case <-time.After(20 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
+		if limit := meter.Stretch(readyTimeout); time.Since(began) > limit {
 			s.stopLocked(syscall.SIGKILL)
-			return fmt.Errorf("etcdtest: etcd not healthy after 30s: %v\n%s", err, s.LogTail())
+			return fmt.Errorf("etcdtest: etcd on %s not healthy after %v (%s): %v\n%s",
+				s.URL(), limit.Round(time.Millisecond), meter, err, s.LogTail())
 		}
 	}
 }
 
+// readyTimeout is how long a start may take on idle cores, stretched by
+// the measured slowdown: etcd is ready within a fraction of a second.
+const readyTimeout = 30 * time.Second
+
 // healthy asks the server's /health endpoint, which answers true once the
 // member has a leader and serves requests.
 func (s *Server) healthy() error {
-	c := http.Client{Timeout: time.Second}
+	c := http.Client{Timeout: slowdown.Stretch(time.Second)}
 	resp, err := c.Get(s.URL() + "/health")
 	if err != nil {
 		return err
@@ -279,6 +297,38 @@ func (s *Server) healthy() error {
 		return fmt.Errorf("/health: %s %s", resp.Status, bytes.TrimSpace(b))
 	}
 	return nil
+}
+
+// ours checks that the etcd answering on the client port is this server:
+// that its member list holds this server's peer URL, which no other
+// server has (FreePort reserves it).
+func (s *Server) ours() error {
+	c := http.Client{Timeout: slowdown.Stretch(5 * time.Second)}
+	resp, err := c.Post(s.URL()+"/v3/cluster/member/list", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		return fmt.Errorf("listing the members on %s: %w", s.URL(), err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Members []struct {
+			PeerURLs []string `json:"peerURLs"`
+		} `json:"members"`
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("listing the members on %s: %s %s", s.URL(), resp.Status, bytes.TrimSpace(b))
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("listing the members on %s: %w", s.URL(), err)
+	}
+	for _, m := range list.Members {
+		for _, u := range m.PeerURLs {
+			if u == s.peerURL() {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("the etcd on %s is not this server: its members %s lack peer URL %s", s.URL(), bytes.TrimSpace(b), s.peerURL())
 }
 
 // Stop stops the server by its process ID, with SIGTERM (etcd then shuts
