@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -139,7 +140,12 @@ func Start() (*Server, error) {
 // err is set; on any error it removes s's directory, if made.
 func started(s *Server, err error) (*Server, error) {
 	if err == nil {
-		err = s.Start()
+		// A port another program took first fails postgres's bind:
+		// start it again on a new one.
+		err = leasetest.StartOnFreePorts("pgtest: starting postgres", 1, func(ports []int) error {
+			s.port = ports[0]
+			return s.Start()
+		})
 	}
 	if err != nil {
 		if s != nil {
@@ -150,7 +156,7 @@ func started(s *Server, err error) (*Server, error) {
 	return s, nil
 }
 
-// initServer runs initdb into a new temporary directory and picks a port.
+// initServer runs initdb into a new temporary directory.
 // On error the directory, if made, is s.dir.
 func initServer(bin string) (*Server, error) {
 	s, err := newServerDir(bin)
@@ -166,8 +172,8 @@ func initServer(bin string) (*Server, error) {
 }
 
 // newServerDir makes a new temporary directory for a server, which the
-// postgres user owns when running as root, and picks a free port. On error
-// the directory, if made, is s.dir.
+// postgres user owns when running as root. The port is picked when it
+// first starts (see started). On error the directory, if made, is s.dir.
 func newServerDir(bin string) (*Server, error) {
 	base := os.TempDir()
 	if os.Geteuid() == 0 && !othersCanEnter(base) {
@@ -190,12 +196,6 @@ func newServerDir(bin string) (*Server, error) {
 			return s, err
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return s, err
-	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	return s, nil
 }
 
@@ -349,27 +349,57 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.proc = proc
-	deadline := time.Now().Add(30 * time.Second)
+	meter := slowdown.Start()
+	began := time.Now()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(time.Second))
+		var dataDir string
 		c, err := pgx.Connect(ctx, s.DSN())
+		if err == nil {
+			err = c.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir)
+			c.Close(context.Background())
+		}
 		cancel()
 		if err == nil {
-			c.Close(context.Background())
+			if !sameDir(dataDir, filepath.Join(s.dir, "data")) {
+				// Another server answers on the port: ours cannot
+				// have bound it.
+				s.stopLocked()
+				return fmt.Errorf("pgtest: %w: the server on %s serves %s, not this server's %s",
+					leasetest.ErrPortTaken, s.Addr(), dataDir, filepath.Join(s.dir, "data"))
+			}
 			return nil
 		}
 		select {
 		case <-proc.Exited():
 			s.proc = nil
+			if e := proc.PortTaken(); e != nil {
+				return fmt.Errorf("pgtest: postgres could not listen on %s (a restart keeps its port): %w", s.Addr(), e)
+			}
 			return fmt.Errorf("postgres exited: %v\n%s", proc.State(), s.LogTail())
 		default:
 		}
-		if time.Now().After(deadline) {
+		if limit := meter.Stretch(readyTimeout); time.Since(began) > limit {
 			s.stopLocked()
-			return fmt.Errorf("postgres not accepting connections after 30s: %v\n%s", err, s.LogTail())
+			return fmt.Errorf("postgres on %s not accepting connections after %v (%s): %v\n%s",
+				s.Addr(), limit.Round(time.Millisecond), meter, err, s.LogTail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// readyTimeout is how long a start may take on idle cores, stretched by
+// the measured slowdown: postgres accepts connections within a second.
+const readyTimeout = 30 * time.Second
+
+// sameDir reports whether a and b name the same directory.
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
 // Stop stops the server by its PID with a fast shutdown (SIGINT: open
