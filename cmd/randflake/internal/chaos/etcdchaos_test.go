@@ -128,13 +128,15 @@ func TestChaosEtcd(t *testing.T) {
 	for i := 1; i <= etcdServers; i++ {
 		f.launch(fmt.Sprintf("s%d", i), "initial", "")
 	}
-	if starting := f.waitStarted(60 * time.Second); len(starting) > 0 {
-		t.Fatalf("%d servers not ready after 60s; %s: %s", len(starting), starting[0].name, starting[0].logTail(10))
+	d := within(60 * time.Second)
+	if starting := f.waitStarted(d); len(starting) > 0 {
+		t.Fatalf("%d servers not ready after %v ; %s: %s", len(starting), d, starting[0].name, starting[0].logTail(10))
 	}
 	f.event("the first claims on the new prefix waited out unknown history (no fleet marker yet, horizon %ds): servers ready %s after launch",
 		etcdWait, readySpan(f.all()))
-	if _, ok := f.waitProgress(time.Now(), 10*time.Second); !ok {
-		t.Fatal("the fleet issued no ID within 10s after becoming ready")
+	d = within(10 * time.Second)
+	if _, ok := f.waitProgress(time.Now(), d); !ok {
+		t.Fatalf("the fleet issued no ID within %v after becoming ready", d)
 	}
 
 	required := []string{"kill", "kill", "pause", "partition", "member", "quorum", "wipe", "restore"}
@@ -430,8 +432,9 @@ func (r *etcdRun) wipe() (time.Time, bool) {
 // must see it go back, mark the history unknown, and claim again.
 func (r *etcdRun) restore() (time.Time, bool) {
 	f := r.f
-	if starting := f.waitStarted(30 * time.Second); len(starting) > 0 {
-		r.t.Errorf("restore: %s still starting after 30s; the restore is played anyway", starting[0].name)
+	d := within(30 * time.Second)
+	if starting := f.waitStarted(d); len(starting) > 0 {
+		r.t.Errorf("restore: %s still starting after %v; the restore is played anyway", starting[0].name, d)
 	}
 	rctx, cancel := context.WithTimeout(r.ctx, 60*time.Second)
 	defer cancel()
@@ -481,8 +484,8 @@ func (r *etcdRun) restore() (time.Time, bool) {
 		r.t.Errorf("restore: the cluster came back with cluster ID %x and revision %d, want the same ID (%x) and a lower revision than %d",
 			idAfter, revAfter, idBefore, revBefore)
 	}
-	detected := time.Time{}
-	for time.Since(restarted) < 20*time.Second {
+	detected, limit := time.Time{}, within(20*time.Second)
+	for time.Since(restarted) < limit {
 		_, unknown, _, err := r.pl.markerState(rctx)
 		if err == nil && unknown >= restarted.Unix() {
 			detected = time.Now()
@@ -491,7 +494,7 @@ func (r *etcdRun) restore() (time.Time, bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if detected.IsZero() {
-		r.t.Errorf("restore: no running server marked the history unknown within 20s of the restore")
+		r.t.Errorf("restore: no running server marked the history unknown within %v of the restore", limit)
 	} else {
 		f.event("restore: a running server saw the revision go back and marked the history unknown %.1fs after the restart", detected.Sub(restarted).Seconds())
 	}

@@ -74,8 +74,9 @@ func TestChaosPostgres(t *testing.T) {
 	// claim waits nothing. Only then do the stand-ins claim the blocks
 	// outside the pool (s1 has the lowest block), and the others start.
 	f.launch("s1", "initial", "")
-	if starting := f.waitStarted(40 * time.Second); len(starting) > 0 {
-		t.Fatalf("s1 not ready after 40s: %s", starting[0].logTail(10))
+	d := within(40 * time.Second)
+	if starting := f.waitStarted(d); len(starting) > 0 {
+		t.Fatalf("s1 not ready after %v: %s", d, starting[0].logTail(10))
 	}
 	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err := tab.block(bctx)
@@ -86,8 +87,9 @@ func TestChaosPostgres(t *testing.T) {
 	for i := 2; i <= pgServers; i++ {
 		f.launch(fmt.Sprintf("s%d", i), "initial", "")
 	}
-	if starting := f.waitStarted(40 * time.Second); len(starting) > 0 {
-		t.Fatalf("%d servers not ready after 40s; %s: %s", len(starting), starting[0].name, starting[0].logTail(10))
+	d = within(40 * time.Second)
+	if starting := f.waitStarted(d); len(starting) > 0 {
+		t.Fatalf("%d servers not ready after %v; %s: %s", len(starting), d, starting[0].name, starting[0].logTail(10))
 	}
 	f.event("fresh tables: the first claims waited nothing (servers ready %s after launch)", readySpan(f.all()))
 
@@ -142,10 +144,11 @@ func (r *pgRun) restart() (time.Time, bool) {
 	// margin (a tenth of the TTL) before its claim can lapse.
 	r.bounds = append(r.bounds, bound{from: stopped, until: started, max: stopped.Add(pgTTL-2*time.Second-pgTTL/10).Unix() - 1,
 		what: fmt.Sprintf("PostgreSQL stopped at %.1fs", stopped.Sub(f.start).Seconds())})
-	idle := f.waitAllIssuing(started, 20*time.Second)
+	limit := within(20 * time.Second)
+	idle := f.waitAllIssuing(started, limit)
 	back := time.Now()
 	for _, s := range idle {
-		r.t.Errorf("%s issued no ID within 20s after PostgreSQL was started again; its clients' errors: %s; log: %s", s.name, s.errorSummary(), s.logTail(5))
+		r.t.Errorf("%s issued no ID within %v after PostgreSQL was started again; its clients' errors: %s; log: %s", s.name, limit, s.errorSummary(), s.logTail(5))
 	}
 	f.expect(nil, t0, back.Add(time.Second), "database restart", lease503)
 	r.note("restart", started.Sub(t0))

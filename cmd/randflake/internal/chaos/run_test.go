@@ -88,10 +88,10 @@ func (r *chaosRun) play(events []string, required int, budget, minGap, spread ti
 		if restored.IsZero() {
 			restored = time.Now()
 		}
-		if lat, ok := r.f.waitProgress(restored, 30*time.Second); ok {
+		if lat, ok := r.f.waitProgress(restored, within(30*time.Second)); ok {
 			r.recovered = append(r.recovered, fmt.Sprintf("%s %.1fs", ev, lat.Seconds()))
 		} else {
-			r.t.Errorf("the fleet issued no ID within 30s after the %s ended at %.1fs", ev, restored.Sub(r.f.start).Seconds())
+			r.t.Errorf("the fleet issued no ID within %v after the %s ended at %.1fs", within(30*time.Second), ev, restored.Sub(r.f.start).Seconds())
 			r.recovered = append(r.recovered, ev+" never")
 		}
 	}
@@ -213,12 +213,13 @@ func (r *chaosRun) horizon(ev string, since time.Time, wait int64, rep *server) 
 		r.bounds = append(r.bounds, bound{s: rep, from: since, until: farFuture, min: since.Unix() + wait + 1,
 			what: fmt.Sprintf("%s, started at once after the %s at %.1fs", rep.name, ev, since.Sub(r.f.start).Seconds())})
 	}
-	idle := r.f.waitAllIssuing(after, time.Until(after.Add(25*time.Second)), "serving", "starting")
+	more := within(25 * time.Second)
+	idle := r.f.waitAllIssuing(after, time.Until(after.Add(more)), "serving", "starting")
 	back := time.Now()
 	r.f.expect(nil, since, back.Add(time.Second), ev, lease503)
 	for _, s := range idle {
-		r.t.Errorf("after the %s at %.1fs, %s issued no ID in the %ds of the horizon and 25s more (state %s); its clients' errors: %s; log: %s",
-			ev, since.Sub(r.f.start).Seconds(), s.name, wait, s.getState(), s.errorSummary(), s.logTail(5))
+		r.t.Errorf("after the %s at %.1fs, %s issued no ID in the %ds of the horizon and %v more (state %s); its clients' errors: %s; log: %s",
+			ev, since.Sub(r.f.start).Seconds(), s.name, wait, more, s.getState(), s.errorSummary(), s.logTail(5))
 	}
 	line := fmt.Sprintf("%s at %.1fs: horizon %ds; every server issuing again %.1fs after it", ev, since.Sub(r.f.start).Seconds(), wait, back.Sub(since).Seconds())
 	if rep != nil {
@@ -245,13 +246,13 @@ func readyAfter(s *server, t time.Time) float64 {
 // every error found, and if fewer than minIDs IDs were checked.
 func (r *chaosRun) finish(cfg checkConfig, head func(*report) string, extra []string, minIDs int) {
 	f, t := r.f, r.t
-	if starting := f.waitStarted(30 * time.Second); len(starting) > 0 {
+	if starting := f.waitStarted(within(30 * time.Second)); len(starting) > 0 {
 		for _, s := range starting {
 			t.Errorf("%s (%s) never became ready: start failures %s; log: %s", s.name, s.note, s.failSummary(), s.logTail(5))
 		}
 	}
 	settle := time.Now()
-	for _, s := range f.waitAllIssuing(settle, 30*time.Second) {
+	for _, s := range f.waitAllIssuing(settle, within(30*time.Second)) {
 		t.Errorf("%s issued no ID in the %.0fs after the schedule ended (state %s); its clients' errors: %s; log: %s",
 			s.name, time.Since(settle).Seconds(), s.getState(), s.errorSummary(), s.logTail(5))
 	}

@@ -38,8 +38,9 @@ func TestChaosStateDir(t *testing.T) {
 	for i := 1; i <= stateProcs; i++ {
 		f.launch(fmt.Sprintf("p%02d", i), "initial", "")
 	}
-	if starting := f.waitStarted(60 * time.Second); len(starting) > 0 {
-		t.Fatalf("%d servers not ready after 60s; %s: %s", len(starting), starting[0].name, starting[0].logTail(10))
+	d := within(60 * time.Second)
+	if starting := f.waitStarted(d); len(starting) > 0 {
+		t.Fatalf("%d servers not ready after %v; %s: %s", len(starting), d, starting[0].name, starting[0].logTail(10))
 	}
 
 	kills, startKills := 0, 0
@@ -83,8 +84,8 @@ func TestChaosStateDir(t *testing.T) {
 				f.event("SIGKILL %s just after it became ready; replacement %s launched", r.name, r2.name)
 			}
 		}
-		if lat, ok := f.waitProgress(time.Now(), 10*time.Second); !ok {
-			t.Errorf("the fleet issued no ID within 10s after SIGKILL %s", s.name)
+		if lat, ok := f.waitProgress(time.Now(), within(10*time.Second)); !ok {
+			t.Errorf("the fleet issued no ID within %v after SIGKILL %s", within(10*time.Second), s.name)
 		} else if lat > time.Second {
 			f.event("the fleet issued again %.1fs later", lat.Seconds())
 		}
