@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // recorder records when each request arrived and hands it to the handler
@@ -111,29 +113,41 @@ func nextWithin(t *testing.T, c *Client, ctx context.Context, limit time.Duratio
 
 func TestSlowServerIsTooSlow(t *testing.T) {
 	t.Parallel()
-	// Every answer comes 300ms after the request, six times MaxAge: each
-	// batch would be stale on arrival.
-	slow := func(w http.ResponseWriter, r *http.Request) {
+	slow := slowdown.Start()
+	// Every answer comes 300ms after the request (longer on a machine
+	// that runs the test slowly), six times MaxAge: each batch would be
+	// stale on arrival. The client abandons each request at MaxAge,
+	// which the handler sees as its request's context ending first.
+	var abandoned atomic.Int64
+	handler := func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(slow.Stretch(300 * time.Millisecond)):
 		case <-r.Context().Done():
+			abandoned.Add(1)
 			return
 		}
 		okIDs()(w, r)
 	}
-	rec := &recorder{handlers: []http.HandlerFunc{slow}}
+	rec := &recorder{handlers: []http.HandlerFunc{handler}}
 	c := newClient(t, Config{URL: serve(t, rec), BatchSize: 10, MaxAge: 50 * time.Millisecond, InitialBackoff: 10 * time.Millisecond})
 	_, took, err := nextWithin(t, c, context.Background(), 10*time.Second)
 	if !errors.Is(err, ErrTooSlow) {
 		t.Fatalf("error %v, want ErrTooSlow", err)
 	}
-	// 3 attempts of 50ms and two short pauses: well under 3s even on a
-	// loaded machine.
-	if took > 3*time.Second {
-		t.Fatalf("Next took %v to give up", took)
-	}
 	if n := len(rec.arrivals()); n != 3 {
 		t.Fatalf("%d requests, want MaxAttempts = 3", n)
+	}
+	// The handlers may still be finding out that their requests are gone.
+	for start := time.Now(); abandoned.Load() < 3 && time.Since(start) < slow.Stretch(time.Second); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := abandoned.Load(); n != 3 {
+		t.Fatalf("the client abandoned %d of its 3 requests at MaxAge (%s)", n, slow)
+	}
+	// 3 attempts of 50ms and two short pauses: well under 3s on idle
+	// cores.
+	if limit := slow.Stretch(3 * time.Second); took > limit {
+		t.Fatalf("Next took %v to give up, over %v (%s)", took, limit, slow)
 	}
 	if !strings.Contains(err.Error(), "MaxAge") {
 		t.Fatalf("error %q does not name MaxAge", err)
@@ -146,6 +160,7 @@ func TestContextHonoured(t *testing.T) {
 	const deadline = 100 * time.Millisecond
 	check := func(t *testing.T, c *Client, wantLast string) {
 		t.Helper()
+		slow := slowdown.Start()
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
@@ -154,8 +169,13 @@ func TestContextHonoured(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("error %v, want the context's deadline", err)
 		}
-		if took < deadline || took > 2*time.Second {
-			t.Fatalf("Next returned after %v with a %v deadline", took, deadline)
+		if took < deadline {
+			t.Fatalf("Next returned after %v, before its %v deadline", took, deadline)
+		}
+		// Returning at the deadline, not after the 5 s Retry-After or the
+		// 10 s backoff: within 2 s on idle cores.
+		if limit := slow.Stretch(2 * time.Second); took > limit {
+			t.Fatalf("Next returned after %v with a %v deadline, over %v (%s)", took, deadline, limit, slow)
 		}
 		if !strings.Contains(err.Error(), wantLast) {
 			t.Fatalf("error %q does not mention the last fetch error %q", err, wantLast)
@@ -233,6 +253,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 			}
 			rec := &recorder{handlers: []http.HandlerFunc{first, okIDs()}}
 			c := newClient(t, Config{URL: serve(t, rec), BatchSize: 10, InitialBackoff: time.Millisecond, MaxRetryAfter: tc.cap})
+			slow := slowdown.Start()
 			_, took, err := nextWithin(t, c, context.Background(), 10*time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -246,8 +267,10 @@ func TestRetryAfterHonoured(t *testing.T) {
 				t.Fatalf("second request %v after the first, before Retry-After %q allowed (%v)",
 					at[1].Sub(at[0]), header, earliest.Sub(at[0]))
 			}
-			if tc.cap > 0 && took > 3*time.Second {
-				t.Fatalf("Retry-After %q capped at %v, but Next took %v", header, tc.cap, took)
+			// Capped, rather than the hour asked for: within 3 s on idle
+			// cores.
+			if limit := slow.Stretch(3 * time.Second); tc.cap > 0 && took > limit {
+				t.Fatalf("Retry-After %q capped at %v, but Next took %v, over %v (%s)", header, tc.cap, took, limit, slow)
 			}
 		})
 	}
@@ -377,17 +400,20 @@ func TestBackoffGrows(t *testing.T) {
 	t.Run("capped", func(t *testing.T) {
 		t.Parallel()
 		rec := &recorder{handlers: []http.HandlerFunc{failWith(http.StatusInternalServerError, "generate", "boom")}}
-		c := newClient(t, Config{URL: serve(t, rec), BatchSize: 10, MaxAttempts: 8, InitialBackoff: initial, MaxBackoff: 2 * initial})
+		slow := slowdown.Start()
+		c := newClient(t, Config{URL: serve(t, rec), BatchSize: 10, MaxAttempts: 12, InitialBackoff: initial, MaxBackoff: 2 * initial})
 		if _, _, err := nextWithin(t, c, context.Background(), 20*time.Second); err == nil {
 			t.Fatal("no error from a failing service")
 		}
 		at := rec.arrivals()
-		if len(at) != 8 {
-			t.Fatalf("%d requests, want MaxAttempts = 8", len(at))
+		if len(at) != 12 {
+			t.Fatalf("%d requests, want MaxAttempts = 12", len(at))
 		}
-		// Uncapped, the last pause would be 640ms to 1.28s.
-		if last := at[len(at)-1].Sub(at[len(at)-2]); last > 500*time.Millisecond {
-			t.Fatalf("last pause %v, MaxBackoff is %v", last, 2*initial)
+		// Uncapped, the last pause would be 10.24s to 20.48s (and Next
+		// would not have returned); capped, it is at most 40ms, and
+		// 500ms on idle cores leaves room for the scheduler.
+		if last, limit := at[len(at)-1].Sub(at[len(at)-2]), slow.Stretch(500*time.Millisecond); last > limit {
+			t.Fatalf("last pause %v, over %v; MaxBackoff is %v (%s)", last, limit, 2*initial, slow)
 		}
 	})
 }

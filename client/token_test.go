@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // tokenServer answers one ID to requests with "Bearer want", and 401 to
@@ -43,6 +45,13 @@ func (s *tokenServer) setWant(token string) {
 	s.want = token
 }
 
+// headers returns the Authorization headers seen so far, one a request.
+func (s *tokenServer) headers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.seen...)
+}
+
 // Token is sent as a bearer token with every request; a token the service
 // refuses ends Next at once with the 401.
 func TestToken(t *testing.T) {
@@ -58,7 +67,6 @@ func TestToken(t *testing.T) {
 		t.Fatalf("Next: %d %v", id, err)
 	}
 	ts.setWant("another-token-0123456789")
-	start := time.Now()
 	_, err = c.Fetch(context.Background())
 	var se *ServerError
 	if !errors.As(err, &se) || se.StatusCode != 401 || se.Kind != "unauthorized" {
@@ -66,17 +74,21 @@ func TestToken(t *testing.T) {
 	}
 	c2, _ := New(Config{URL: srv.URL, Token: "wrong-token-0123456789", BatchSize: 1, Format: FormatText, MaxAttempts: 5})
 	defer c2.Close()
+	before := len(ts.headers())
 	if _, err := c2.Next(context.Background()); !errors.As(err, &se) || se.StatusCode != 401 {
 		t.Fatalf("Next with a refused token: %v", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("a 401 was retried: %v", d)
+	if n := len(ts.headers()) - before; n != 1 {
+		t.Errorf("a 401 was retried: %d requests for one Next with MaxAttempts 5, want 1", n)
 	}
 }
 
 // TokenFile is read by New and again a second after, so that a replaced
 // token is used.
 func TestTokenFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the token's 1 s re-read twice: not in -short")
+	}
 	ts := &tokenServer{want: "first-token-0123456789"}
 	srv := httptest.NewServer(ts)
 	defer srv.Close()
@@ -100,14 +112,17 @@ func TestTokenFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts.setWant("second-token-0123456789")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The file is read again a second after the last read: the bound,
+	// stretched by how slowly the test runs, only ends a wait for a
+	// token that is never read again.
+	slow := slowdown.Start()
+	for start := time.Now(); ; {
 		_, err := c.Fetch(context.Background())
 		if err == nil {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replaced token was not used within 5 s: %v", err)
+		if limit := slow.Stretch(5 * time.Second); time.Since(start) > limit {
+			t.Fatalf("the replaced token was not used within %v: %v (%s)", limit, err, slow)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
