@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // The subtests of claims without faults, and of a crash.
@@ -29,13 +30,15 @@ func disjointClaims(e *env) {
 		}
 	}
 	extra := e.newProc("extra", opts{})
-	began := time.Now()
+	m, began := slowdown.Start(), time.Now()
 	l, err := extra.acquire()
 	if !errors.Is(err, randflake.ErrNoFreeNodes) {
 		t.Errorf("a claim while every block is held: lease %v, error %v; want ErrNoFreeNodes", l, err)
 	}
-	if took := time.Since(began); took > e.info.Promise {
-		t.Errorf("a claim while every block is held took %v to fail, longer than a promise (%v)", took, e.info.Promise)
+	// Refused at once, not after waiting a claim out: within a promise,
+	// stretched by how slow the machine ran.
+	if took, limit := time.Since(began), m.Stretch(e.info.Promise); took > limit {
+		t.Errorf("a claim while every block is held took %v to fail, longer than a promise (%v; %s)", took, limit.Round(time.Millisecond), m)
 	}
 	for _, p := range ps {
 		p.col.WaitCount(t, 1000, e.budget)

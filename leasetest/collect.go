@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // Generator is what a Collector drives: a *randflake.Leased, or anything
@@ -115,35 +116,38 @@ func (c *Collector) Since(n int) []Issued {
 	return append([]Issued(nil), c.ids[min(n, len(c.ids)):]...)
 }
 
-// WaitCount waits up to timeout for the generator to have issued n IDs in
+// WaitCount waits up to timeout, stretched by the measured slowdown (see
+// package internal/slowdown), for the generator to have issued n IDs in
 // all, and fails t if it has not.
 func (c *Collector) WaitCount(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	m, began := slowdown.Start(), time.Now()
 	for {
 		got, _ := c.Count()
 		if got >= n {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s issued %d IDs in %v, want %d (errors: %v)", c.name, got, timeout, n, c.Errors())
+		if limit := m.Stretch(timeout); time.Since(began) > limit {
+			t.Fatalf("%s issued %d IDs in %v, want %d (errors: %v; %s)", c.name, got, limit.Round(time.Millisecond), n, c.Errors(), m)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// WaitIssuedAfter waits up to timeout for the generator to issue an ID
-// after since (a batch asked for after it), fails t if it has not, and
-// returns how long after since the newest batch was: for a generator
-// that must resume after an outage began or ended at since.
+// WaitIssuedAfter waits up to timeout after since, stretched by the
+// measured slowdown, for the generator to issue an ID after since (a
+// batch asked for after it), fails t if it has not, and returns how long
+// after since the newest batch was: for a generator that must resume
+// after an outage began or ended at since.
 func (c *Collector) WaitIssuedAfter(t testing.TB, since time.Time, timeout time.Duration) time.Duration {
 	t.Helper()
-	for deadline := since.Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+	m := slowdown.Start()
+	for ; ; time.Sleep(20 * time.Millisecond) {
 		if _, last := c.Count(); last.After(since) {
 			return last.Sub(since)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s issued nothing within %v after %s (errors: %v)", c.name, timeout, since.Format("15:04:05.000"), c.Errors())
+		if limit := m.Stretch(timeout); time.Since(since) > limit {
+			t.Fatalf("%s issued nothing within %v after %s (errors: %v; %s)", c.name, limit.Round(time.Millisecond), since.Format("15:04:05.000"), c.Errors(), m)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // env is one subtest's store and the processes it runs on it.
@@ -21,7 +22,7 @@ type env struct {
 	info   randflake.StoreInfo
 	runs   int64         // runs of h.Blocks blocks in the layout
 	wait   int64         // seconds a claim on unknown history waits at least
-	budget time.Duration // how long any one wait of the subtest may take
+	budget time.Duration // how long any one wait of the subtest may take on idle cores (see limit)
 	check  *Checker
 	sign   signer
 	log    *slog.Logger
@@ -45,6 +46,10 @@ func newEnv(t *testing.T, h Harness) *env {
 	e.budget = 4*time.Duration(e.wait)*time.Second + 4*e.info.MaxClockSkew + 20*time.Second
 	return e
 }
+
+// limit is the budget stretched by the measured slowdown: how long a wait
+// of the subtest may take now.
+func (e *env) limit() time.Duration { return slowdown.Stretch(e.budget) }
 
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
@@ -175,7 +180,7 @@ func (e *env) start(prefix string, o opts) *proc {
 // is held if p.o.waitFor, within the subtest's budget.
 func (p *proc) lease() error {
 	e := p.e
-	ctx, cancel := context.WithTimeout(context.Background(), e.budget)
+	ctx, cancel := context.WithTimeout(context.Background(), e.limit())
 	defer cancel()
 	cfg := randflake.LeasedConfig{Secret: Secret(), Source: p.src, Shards: 2, OnError: p.onError}
 	if p.o.ahead != 0 {
@@ -195,7 +200,7 @@ func (p *proc) lease() error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(5*time.Second))
 		defer cancel()
 		p.g.Close(ctx)
 	})
@@ -243,7 +248,7 @@ func (p *proc) stop() Span {
 // close closes an idle process's generator, releasing its lease.
 func (p *proc) close() {
 	p.e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(5*time.Second))
 	defer cancel()
 	if err := p.g.Close(ctx); err != nil {
 		p.e.t.Errorf("%s: Close: %v", p.name, err)
@@ -267,14 +272,15 @@ func (p *proc) runFor(d time.Duration) {
 	p.e.t.Helper()
 	time.Sleep(d)
 	first := p.first()
-	deadline := time.Now().Add(p.e.budget)
+	began := time.Now()
 	for {
 		n, _ := p.col.Count()
 		if l := p.col.Leases(); n > 0 && l[len(l)-1].End > first.End {
 			return
 		}
-		if time.Now().After(deadline) {
-			p.e.t.Fatalf("%s: after %v, %d IDs issued and the lease %v never renewed (errors: %v)", p.name, p.e.budget, n, first, p.col.Errors())
+		if limit := p.e.limit(); time.Since(began) > limit {
+			p.e.t.Fatalf("%s: after %v, %d IDs issued and the lease %v never renewed (errors: %v; %s)",
+				p.name, limit.Round(time.Millisecond), n, first, p.col.Errors(), slowness())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -366,13 +372,21 @@ func (e *env) outliveCopy(prefix, hook string, save func(*testing.T) func(*testi
 }
 
 // midSecond sleeps until about 500 ms past a second boundary.
+//
+// A sleep that overran on a loaded machine, past 900 ms or into the next
+// second, is tried again at the next second, up to ten times.
 func midSecond() {
-	now := time.Now()
-	at := now.Truncate(time.Second).Add(500 * time.Millisecond)
-	if at.Before(now.Add(20 * time.Millisecond)) {
-		at = at.Add(time.Second)
+	for range 10 {
+		now := time.Now()
+		at := now.Truncate(time.Second).Add(500 * time.Millisecond)
+		if at.Before(now.Add(20 * time.Millisecond)) {
+			at = at.Add(time.Second)
+		}
+		time.Sleep(time.Until(at))
+		if now := time.Now(); now.Unix() == at.Unix() && now.Sub(at) < 400*time.Millisecond {
+			return
+		}
 	}
-	time.Sleep(time.Until(at))
 }
 
 // blockOf returns the first node ID of the block of node.
@@ -416,7 +430,7 @@ func (e *env) record(first int64) (recordFields, error) {
 
 // acquire runs one claim of a bare BlockSource within the budget.
 func (p *proc) acquire() (randflake.Lease, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.e.budget)
+	ctx, cancel := context.WithTimeout(context.Background(), p.e.limit())
 	defer cancel()
 	return p.src.Acquire(ctx)
 }
@@ -437,7 +451,7 @@ func (e *env) initialise() {
 // release releases a bare BlockSource's lease, reporting no second used.
 func (p *proc) release(l randflake.Lease) {
 	p.e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
 	defer cancel()
 	if err := p.src.Release(ctx, l, 0); err != nil {
 		p.e.t.Fatalf("%s: Release: %v", p.name, err)
@@ -452,4 +466,10 @@ func (e *env) waited(who string, l randflake.Lease, from int64) {
 		e.t.Errorf("%s's lease %v starts at %d, %d s after its claim at %d: unknown history was not waited out (the promise is %v)",
 			who, l, l.Start, l.Start-from, from, e.info.Promise)
 	}
+}
+
+// slowness describes the process's measured slowdown, for a failure
+// message.
+func slowness() string {
+	return fmt.Sprintf("this process ran %.1f× slower than on idle cores", slowdown.Factor())
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // The subtests of history lost, edited or gone back.
@@ -58,8 +59,8 @@ func (p *proc) waitLost(t *testing.T, since time.Time, budget time.Duration) tim
 				return p.lostAt().Sub(since).Round(time.Millisecond)
 			}
 		}
-		if time.Since(began) > budget {
-			t.Fatalf("%s did not report its claim lost within %v (errors: %v)", p.name, budget, p.errors())
+		if limit := slowdown.Stretch(budget); time.Since(began) > limit {
+			t.Fatalf("%s did not report its claim lost within %v (errors: %v; %s)", p.name, limit.Round(time.Millisecond), p.errors(), slowness())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -160,7 +161,7 @@ func saveRestore(e *env) {
 			"the restore was detected, which the documentation says cannot be (did Save change the store's identity?)", lb, spa.Last)
 	}
 	b.release(lb)
-	ctx, cancel := context.WithTimeout(context.Background(), e.budget)
+	ctx, cancel := context.WithTimeout(context.Background(), e.limit())
 	defer cancel()
 	from := time.Now().Unix()
 	if err := b.src.ResetHistory(ctx); err != nil {
@@ -187,14 +188,15 @@ func rollbackSeen(e *env) {
 	back := time.Now()
 	goBack(t)
 	var seen error
-	for deadline := back.Add(e.budget); seen == nil; time.Sleep(20 * time.Millisecond) {
+	for ; seen == nil; time.Sleep(20 * time.Millisecond) {
 		for _, err := range a.errors() {
 			if errors.Is(err, randflake.ErrLeaseLost) && errors.Is(err, randflake.ErrHistoryRolledBack) {
 				seen = err
 			}
 		}
-		if seen == nil && time.Now().After(deadline) {
-			t.Fatalf("the holder did not stop with ErrLeaseLost wrapping ErrHistoryRolledBack within %v of the rollback (errors: %v)", e.budget, a.errors())
+		if limit := e.limit(); seen == nil && time.Since(back) > limit {
+			t.Fatalf("the holder did not stop with ErrLeaseLost wrapping ErrHistoryRolledBack within %v of the rollback (errors: %v; %s)",
+				limit.Round(time.Millisecond), a.errors(), slowness())
 		}
 	}
 	detected := time.Since(back)

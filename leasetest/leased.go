@@ -6,20 +6,22 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // StartTimeout bounds the start of a generator in NewLeased: its first
 // claim may wait out unknown history, a promise and a clock skew bound of
-// a store's tests (a few seconds), and more under load.
+// a store's tests (a few seconds), and more under load: NewLeased
+// stretches it by the measured slowdown (see package internal/slowdown).
 const StartTimeout = 30 * time.Second
 
 // NewLeased starts a generator for a module's test with start (the
 // module's own constructor with the test's configuration, say), within
-// StartTimeout; an error fails t. The generator is closed, releasing its
+// StartTimeout stretched by the measured slowdown; an error fails t. The generator is closed, releasing its
 // lease, when t ends (CloseAtEnd).
 func NewLeased(t testing.TB, start func(ctx context.Context) (*randflake.Leased, error)) *randflake.Leased {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(StartTimeout))
 	defer cancel()
 	g, err := start(ctx)
 	if err != nil {
@@ -30,11 +32,11 @@ func NewLeased(t testing.TB, start func(ctx context.Context) (*randflake.Leased,
 }
 
 // CloseAtEnd closes g, releasing its lease, when t ends, waiting up to 3
-// seconds for the release. A test may close g earlier itself: Close acts
+// seconds (stretched by the measured slowdown) for the release. A test may close g earlier itself: Close acts
 // once.
 func CloseAtEnd(t testing.TB, g *randflake.Leased) {
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(3*time.Second))
 		defer cancel()
 		g.Close(ctx)
 	})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // Holders in processes of their own, for tests that SIGKILL one: the test
@@ -270,10 +271,14 @@ func (h *Holder) note(l randflake.Lease) {
 	h.leases = append(h.leases, l)
 }
 
-// Lease waits up to timeout for the holder's first lease and returns it;
-// it fails the test if the holder exits first or the time runs out.
+// Lease waits up to timeout, stretched by the measured slowdown, for the
+// holder's first lease and returns it; it fails the test if the holder
+// exits first or the time runs out.
 func (h *Holder) Lease(timeout time.Duration) randflake.Lease {
 	h.t.Helper()
+	m := slowdown.Start()
+	timer := time.NewTimer(slowdown.Stretch(timeout))
+	defer timer.Stop()
 	select {
 	case <-h.first:
 		return h.Leases()[0]
@@ -284,8 +289,8 @@ func (h *Holder) Lease(timeout time.Duration) randflake.Lease {
 		default:
 		}
 		h.t.Fatalf("holder %s exited without a lease: %v", h.name, h.exitError())
-	case <-time.After(timeout):
-		h.t.Fatalf("holder %s reported no lease within %v", h.name, timeout)
+	case <-timer.C:
+		h.t.Fatalf("holder %s reported no lease within %v (%s)", h.name, slowdown.Stretch(timeout).Round(time.Millisecond), m)
 	}
 	return randflake.Lease{}
 }
@@ -298,10 +303,12 @@ func (h *Holder) Leases() []randflake.Lease {
 	return append([]randflake.Lease(nil), h.leases...)
 }
 
-// WaitIDs waits up to timeout for the holder to have written n IDs.
+// WaitIDs waits up to timeout, stretched by the measured slowdown, for
+// the holder to have written n IDs.
 func (h *Holder) WaitIDs(n int, timeout time.Duration) {
 	h.t.Helper()
-	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+	m, began := slowdown.Start(), time.Now()
+	for ; ; time.Sleep(20 * time.Millisecond) {
 		if fi, err := os.Stat(h.out); err == nil && fi.Size() >= int64(idRecordSize*n) {
 			return
 		}
@@ -310,8 +317,8 @@ func (h *Holder) WaitIDs(n int, timeout time.Duration) {
 			h.t.Fatalf("holder %s exited before issuing %d IDs: %v", h.name, n, h.exitError())
 		default:
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("holder %s issued fewer than %d IDs in %v", h.name, n, timeout)
+		if limit := m.Stretch(timeout); time.Since(began) > limit {
+			h.t.Fatalf("holder %s issued fewer than %d IDs in %v (%s)", h.name, n, limit.Round(time.Millisecond), m)
 		}
 	}
 }
@@ -327,12 +334,14 @@ func (h *Holder) KillMidSecond() time.Time {
 
 // ClaimAfterKill calls claim until it succeeds, once a holder was killed
 // at killedAt, every poll while claim is refused with ErrNoFreeNodes, and
-// fails t on any other error or if claim still fails within of the kill.
+// fails t on any other error or if claim still fails within of the kill,
+// stretched by the measured slowdown.
 // It returns the generator and how long after the kill the last refusal
 // came (0 if none did): what a test compares with the killed claim's TTL.
 func ClaimAfterKill(t testing.TB, killedAt time.Time, within, poll time.Duration, claim func() (*randflake.Leased, error)) (*randflake.Leased, time.Duration) {
 	t.Helper()
 	var refused time.Duration
+	m := slowdown.Start()
 	for {
 		g, err := claim()
 		if err == nil {
@@ -341,8 +350,8 @@ func ClaimAfterKill(t testing.TB, killedAt time.Time, within, poll time.Duration
 		if !errors.Is(err, randflake.ErrNoFreeNodes) {
 			t.Fatal(err)
 		}
-		if time.Since(killedAt) > within {
-			t.Fatalf("the killed holder's node IDs not free %v after SIGKILL", within)
+		if limit := m.Stretch(within); time.Since(killedAt) > limit {
+			t.Fatalf("the killed holder's node IDs not free %v after SIGKILL (%s)", limit.Round(time.Millisecond), m)
 		}
 		refused = time.Since(killedAt)
 		time.Sleep(poll)
@@ -366,15 +375,19 @@ func (h *Holder) Kill() time.Time {
 	return at
 }
 
-// Wait waits up to timeout for a holder with a Run time to exit, and
+// Wait waits up to timeout, stretched by the measured slowdown, for a
+// holder with a Run time to exit, and
 // returns nil if it closed its generator and exited cleanly. An error
 // says why not; it wraps ErrNoFreeNodes, ErrClockBehind or
 // ErrFleetMismatch when the holder got no lease for that reason.
 func (h *Holder) Wait(timeout time.Duration) error {
+	m := slowdown.Start()
+	timer := time.NewTimer(slowdown.Stretch(timeout))
+	defer timer.Stop()
 	select {
 	case <-h.exited:
-	case <-time.After(timeout):
-		return fmt.Errorf("holder %s still running after %v", h.name, timeout)
+	case <-timer.C:
+		return fmt.Errorf("holder %s still running after %v (%s)", h.name, slowdown.Stretch(timeout).Round(time.Millisecond), m)
 	}
 	h.mu.Lock()
 	done := h.done
