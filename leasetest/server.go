@@ -25,9 +25,14 @@ func ServersRequired() bool {
 // ServerFor starts a server for t alone with start, and closes it when t
 // and its subtests end. An error wrapping missing (the server's programs
 // are not installed) skips t, or fails it when ServersRequired; any other
-// error fails t, after what ("etcdtest: starting etcd").
+// error fails t, after what ("etcdtest: starting etcd"). Under -short
+// (testing.Short) it skips t without starting anything: a test that needs
+// a server program is not in the quick loop.
 func ServerFor[S interface{ Close() }](t testing.TB, what string, start func() (S, error), missing error) S {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("%s: needs a server program: not in -short", what)
+	}
 	s, err := start()
 	if errors.Is(err, missing) && !ServersRequired() {
 		t.Skip(err)

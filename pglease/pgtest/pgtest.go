@@ -27,6 +27,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -475,12 +476,20 @@ var (
 // starts a server, runs the tests, closes the server and exits with the
 // tests' status. Tests get the server from [Shared].
 //
-// Without server binaries Main prints why to standard error and runs the
+// Under -short (testing.Short) Main starts no server, and Shared and New
+// skip the tests. Without server binaries Main prints why to standard error and runs the
 // tests without a server, so that [Shared] and [New] skip them, or, when
 // [Required], exits with status 1 without running them. If the binaries
 // are there but the server does not start, Main exits with status 1.
 func Main(m *testing.M) {
 	inMain = true
+	if !flag.Parsed() {
+		flag.Parse() // for testing.Short
+	}
+	if testing.Short() {
+		sharedErr = errors.New("pgtest: the tests needing PostgreSQL are not in -short")
+		os.Exit(m.Run())
+	}
 	s, err := Start()
 	switch {
 	case errors.Is(err, ErrNotFound) && !Required():

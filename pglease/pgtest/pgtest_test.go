@@ -62,6 +62,9 @@ func primaryWithTable(t *testing.T) (context.Context, *pgtest.Server, *pgx.Conn)
 // across it, and Close removes its directory.
 func TestServer(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL: not in -short")
+	}
 	s, err := pgtest.Start()
 	if errors.Is(err, pgtest.ErrNotFound) && !pgtest.Required() {
 		t.Skip(err)
