@@ -192,6 +192,13 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 		a.reason = "the store has no fleet marker (never initialised, or wiped)"
 	default:
 		m, err := parseMarker(s.key, v.Marker)
+		if errors.Is(err, errOtherFleet) {
+			// Rule 11: another fleet's store is refused, not reset:
+			// nothing is claimed or written, so that fleet loses no
+			// lease and never waits.
+			return nil, fmt.Errorf("%w: %s holds the fleet marker of another fleet's secret (key ID %s; this process's secret has key ID %s): nothing was claimed or written; give this process its own fleet's secret, or another prefix or lease name",
+				ErrFleetMismatch, s.info.Name, m.fleet, keyID(s.key))
+		}
 		if err != nil {
 			a.reason = fmt.Sprintf("the fleet marker %v", err)
 			break
@@ -202,6 +209,9 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 		}
 		a.marker = m
 		wait = max(wait, m.horizon+ceilSeconds(s.info.MaxClockSkew))
+		if s.capUnknown(&a.marker, now, wait) {
+			a.write = true
+		}
 		switch {
 		case m.id != v.Identity.ID:
 			a.reason = fmt.Sprintf("the store's identity changed from %q to %q (restored or failed over)", m.id, v.Identity.ID)
@@ -234,6 +244,25 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 	a.marker.digest = digest
 	a.read = v.Identity
 	return a, nil
+}
+
+// capUnknown caps the marker's unknown second at now + wait (rule 12).
+// A process within the clock bound writes it at most wait seconds past
+// its own clock, so at most MaxClockSkew past this one's: one further
+// ahead was written by a clock outside the bound, and would otherwise
+// stall every process with a true clock until that clock's time. The
+// blocks such a writer claimed stay refused by their records (rule 9). It
+// reports whether it capped, and logs it.
+func (s *BlockSource) capUnknown(m *fleetMarker, now, wait int64) bool {
+	limit := min(now+wait, MaxTimestamp)
+	if m.unknown <= limit+ceilSeconds(s.info.MaxClockSkew) {
+		return false
+	}
+	s.logWarn("randflake: the fleet marker's unknown history ends further ahead than a clock within the bound writes it: capped at this clock's bound (its writer's clock was ahead)",
+		"store", s.info.Name, "marker_until", formatSecond(m.unknown), "capped_until", formatSecond(limit),
+		"writer_ahead_at_least", fmt.Sprintf("%ds", m.unknown-limit))
+	m.unknown = limit
+	return true
 }
 
 // assessed takes in the identity and position of a step whose assessment
@@ -609,6 +638,7 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 			}
 			a.marker = m
 			a.marker.id = v.NextID
+			s.capUnknown(&a.marker, s.now().Unix(), max(s.wait, m.horizon+ceilSeconds(s.info.MaxClockSkew)))
 			promised = fill(ch, a)
 			ch.Marker = formatMarker(s.key, a.marker)
 			sent = ch

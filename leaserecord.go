@@ -22,15 +22,17 @@ import (
 // is the record of block FIRST..LAST: no ID on its node IDs carries a
 // second after UNTIL, written when the writer's clock read AT.
 //
-//	rfm1 id=ID first=F last=L size=S horizon=H unknown=U digest=D tag=TAG
+//	rfm1 fleet=K id=ID first=F last=L size=S horizon=H unknown=U digest=D tag=TAG
 //
-// is the fleet marker: the store's identity when it was written (ID), the
+// is the fleet marker: the ID of the key it is signed under (K, see
+// keyID), the store's identity when it was written (ID), the
 // fleet's layout (blocks of S node IDs from F to L), the longest promise a
 // holder makes (H seconds), the second U up to which every block's history
 // counts as unknown (the store lost history, or went back, before it), and
 // D, the exclusive or of the tags of every record in the store. A record
 // deleted, edited or replaced by an older one (even with a valid tag)
-// changes the tags the reader finds, so D no longer matches.
+// changes the tags the reader finds, so D no longer matches. A marker
+// written before K was added has no fleet field; it is read as before.
 
 const (
 	recordPrefix = "rfb1 "
@@ -54,6 +56,20 @@ func tagOf(key []byte, body string) [tagBytes]byte {
 	copy(t[:], m.Sum(nil))
 	return t
 }
+
+// keyID names the key of a fleet's records and markers without revealing
+// it: 8 bytes of its HMAC of a fixed text, in hex. The marker carries it
+// beside its tag, so that a marker signed under another fleet's secret is
+// told apart from an edited one of this fleet (whose key ID is this
+// fleet's, or gone with the edit).
+func keyID(key []byte) string {
+	t := tagOf(key, "randflake fleet key id")
+	return hex.EncodeToString(t[:8])
+}
+
+// errOtherFleet is parseMarker's error for a marker whose key ID is not
+// this fleet's.
+var errOtherFleet = errors.New("is signed under another fleet's secret")
 
 // digestOf returns the contribution of raw record bytes to the marker's
 // digest: the HMAC of the bytes as stored, whatever they hold, so that the
@@ -127,6 +143,7 @@ func inLifetime(sec int64) bool { return sec >= Epoch && sec <= MaxTimestamp }
 
 // fleetMarker is the marker.
 type fleetMarker struct {
+	fleet   string // another fleet's key ID, in parseMarker's errOtherFleet
 	id      string
 	layout  BlockLayout
 	horizon int64 // seconds
@@ -135,14 +152,16 @@ type fleetMarker struct {
 }
 
 func formatMarker(key []byte, m fleetMarker) []byte {
-	body := fmt.Sprintf("%sid=%s first=%d last=%d size=%d horizon=%d unknown=%d digest=%s",
-		markerPrefix, url.QueryEscape(m.id), m.layout.FirstNode, m.layout.LastNode, m.layout.Size,
+	body := fmt.Sprintf("%sfleet=%s id=%s first=%d last=%d size=%d horizon=%d unknown=%d digest=%s",
+		markerPrefix, keyID(key), url.QueryEscape(m.id), m.layout.FirstNode, m.layout.LastNode, m.layout.Size,
 		m.horizon, m.unknown, hex.EncodeToString(m.digest[:]))
 	t := tagOf(key, body)
 	return []byte(body + " tag=" + hex.EncodeToString(t[:]))
 }
 
-// parseMarker reads the marker and checks its tag and values.
+// parseMarker reads the marker and checks its tag and values. A marker
+// whose key ID is another fleet's fails with errOtherFleet before its tag
+// is checked, and the marker returned holds that key ID.
 func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
 	s := string(raw)
 	if len(s) > maxRecordLen || !strings.HasPrefix(s, markerPrefix) {
@@ -156,12 +175,6 @@ func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
 		return fleetMarker{}, fmt.Errorf("%w: no tag", errBadRecord)
 	}
 	body := s[:i]
-	want := tagOf(key, body)
-	got, err := hex.DecodeString(s[i+len(" tag="):])
-	if err != nil || subtle.ConstantTimeCompare(got, want[:]) != 1 {
-		return fleetMarker{}, fmt.Errorf("%w: its tag does not match (edited, or written under another secret)", errBadRecord)
-	}
-	var m fleetMarker
 	fields := map[string]string{}
 	for _, f := range strings.Fields(body[len(markerPrefix):]) {
 		k, v, ok := strings.Cut(f, "=")
@@ -169,6 +182,18 @@ func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
 			return fleetMarker{}, fmt.Errorf("%w: malformed", errBadRecord)
 		}
 		fields[k] = v
+	}
+	var m fleetMarker
+	if kid, ok := fields["fleet"]; ok && kid != keyID(key) {
+		if len(kid) != 16 || strings.Trim(kid, "0123456789abcdef") != "" {
+			return fleetMarker{}, fmt.Errorf("%w: malformed fleet key ID", errBadRecord)
+		}
+		return fleetMarker{fleet: kid}, fmt.Errorf("%w (key ID %s)", errOtherFleet, kid)
+	}
+	want := tagOf(key, body)
+	got, err := hex.DecodeString(s[i+len(" tag="):])
+	if err != nil || subtle.ConstantTimeCompare(got, want[:]) != 1 {
+		return fleetMarker{}, fmt.Errorf("%w: its tag does not match (edited, or written under another secret)", errBadRecord)
 	}
 	if m.id, err = url.QueryUnescape(fields["id"]); err != nil {
 		return fleetMarker{}, fmt.Errorf("%w: malformed", errBadRecord)

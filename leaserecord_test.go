@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -77,8 +78,18 @@ func TestRecordOtherSecret(t *testing.T) {
 		t.Fatalf("a record signed under another secret: %v; want it refused", err)
 	}
 	m := formatMarker(recordOtherKey, fleetMarker{id: "x", layout: BlockLayout{0, 63, 16}, horizon: 3, unknown: Epoch})
-	if _, err := parseMarker(recordTestKey, m); !errors.Is(err, errBadRecord) {
-		t.Fatalf("a marker signed under another secret: %v; want it refused", err)
+	got, err := parseMarker(recordTestKey, m)
+	if !errors.Is(err, errOtherFleet) || got.fleet != keyID(recordOtherKey) {
+		t.Fatalf("a marker signed under another secret: %v (key ID %q); want errOtherFleet with key ID %s", err, got.fleet, keyID(recordOtherKey))
+	}
+	// Without its key ID (a marker from before key IDs), another
+	// secret's marker fails its tag, as an edit does.
+	old := regexp.MustCompile(` fleet=[0-9a-f]+`).ReplaceAll(m, nil)
+	if _, err := parseMarker(recordTestKey, old); !errors.Is(err, errBadRecord) {
+		t.Fatalf("a marker without key ID signed under another secret, %q: %v; want its tag refused", old, err)
+	}
+	if keyID(recordTestKey) == keyID(recordOtherKey) || len(keyID(recordTestKey)) != 16 {
+		t.Errorf("key IDs %q and %q of two secrets: want 16 hex digits each, different", keyID(recordTestKey), keyID(recordOtherKey))
 	}
 }
 

@@ -1,0 +1,195 @@
+package randflake_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/leasetest"
+)
+
+// Rules 11 and 12 of docs/leases.md: a member that differs from its fleet
+// costs that member, not the fleet.
+
+// otherSecret is another fleet's secret.
+var otherSecret = []byte("another-fleet-16")
+
+// records returns every block's record as the backend holds it.
+func records(b *leasetest.MemBackend) map[int64]string {
+	out := map[int64]string{}
+	l := b.Layout()
+	for first := l.FirstNode; first <= l.LastNode; first += l.Size {
+		out[first] = string(b.Record(first))
+	}
+	return out
+}
+
+// A process under another fleet's secret is refused with ErrFleetMismatch
+// naming the other secret, claims and writes nothing, and the running
+// fleet goes on: its holder renews, and a newcomer of its own claims
+// without waiting out any history.
+func TestBlockSourceAnotherFleetRefused(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	opts := leasetest.MemOptions{TTL: 2 * time.Second}
+	mine, _ := newSource(t, b, opts, 1)
+	held, err := mine.Acquire(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker, recs := b.Marker(), records(b)
+	if !bytes.Contains(marker, []byte(" fleet=")) {
+		t.Fatalf("the marker carries no fleet key ID: %q", marker)
+	}
+
+	h, err := b.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: otherSecret, Layout: unitLayout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		do   func() error
+	}{
+		{"a claim", func() error { _, err := theirs.Acquire(ctxFor(t, 10*time.Second)); return err }},
+		{"a history reset", func() error { return theirs.ResetHistory(ctxFor(t, 10*time.Second)) }},
+	} {
+		err := c.do()
+		if !errors.Is(err, randflake.ErrFleetMismatch) || !strings.Contains(err.Error(), "another fleet's secret") {
+			t.Errorf("%s under another fleet's secret: %v, want ErrFleetMismatch naming another fleet's secret", c.what, err)
+		}
+		if err != nil && (strings.Contains(err.Error(), string(otherSecret)) || strings.Contains(err.Error(), string(leasetest.Secret()))) {
+			t.Errorf("%s: the error shows a secret: %v", c.what, err)
+		}
+		if got := b.Marker(); !bytes.Equal(got, marker) {
+			t.Errorf("after %s under another fleet's secret the marker changed:\n%q\nwas\n%q", c.what, got, marker)
+		}
+		for first, rec := range records(b) {
+			if rec != recs[first] {
+				t.Errorf("after %s under another fleet's secret the record of node IDs %d- changed: %q, was %q", c.what, first, rec, recs[first])
+			}
+		}
+	}
+
+	if _, err := mine.Renew(ctxFor(t, 10*time.Second), held); err != nil {
+		t.Errorf("the running holder's renewal after the other fleet's attempts: %v", err)
+	}
+	newcomer, _ := newSource(t, b, opts, 1)
+	before := time.Now().Unix()
+	l, err := newcomer.Acquire(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Start > before || l.FirstNode == held.FirstNode {
+		t.Errorf("a newcomer of the fleet after the other fleet's attempts got %v (the holder has %v, the clock read %d): want another block, at once", l, held, before)
+	}
+}
+
+// An edited marker of this fleet is still history unknown, waited out,
+// and not taken for another fleet's: whether the edit keeps the key ID,
+// mangles it or removes it.
+func TestBlockSourceEditedMarkerWaited(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a 1 s promise per case: not in -short")
+	}
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		edit func(string) string
+	}{
+		{"key ID kept", func(m string) string { return strings.Replace(m, " horizon=", " horizon=9", 1) }},
+		{"key ID mangled", func(m string) string {
+			i := strings.Index(m, " fleet=") + len(" fleet=")
+			return m[:i] + "zz" + m[i+2:]
+		}},
+		{"key ID removed", func(m string) string {
+			i := strings.Index(m, " fleet=")
+			j := strings.Index(m[i+1:], " ") + i + 1
+			return m[:i] + m[j:]
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t, unitLayout)
+			first, _ := newSource(t, b, locks, 1)
+			l, err := first.Acquire(ctxFor(t, 10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := first.Release(ctxFor(t, 10*time.Second), l, l.Start-1); err != nil {
+				t.Fatal(err)
+			}
+			edited := c.edit(string(b.Marker()))
+			b.SetMarker([]byte(edited))
+			src, _ := newSource(t, b, locks, 1)
+			before := time.Now().Unix()
+			l2, err := src.Acquire(ctxFor(t, 20*time.Second))
+			if err != nil {
+				t.Fatalf("a claim after an edit of the fleet's own marker (%q): %v, want the history waited out", edited, err)
+			}
+			if l2.Start <= before+1 {
+				t.Errorf("a claim after an edit of the fleet's own marker got %v at second %d: want it to wait out the 1 s promise", l2, before)
+			}
+		})
+	}
+}
+
+// A process whose clock is an hour ahead, finding the history unknown,
+// writes the marker's unknown second from its clock; a process with a true
+// clock caps it at its own bound instead of waiting the hour, and never
+// takes the block the fast process used.
+func TestBlockSourceFastClockCapped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a 1 s promise twice: not in -short")
+	}
+	t.Parallel()
+	layout := randflake.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16}
+	b := newBackend(t, layout)
+	b.Wipe() // history unknown: the first claim writes the marker
+	h, err := b.Open(locks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ahead = time.Hour
+	fast, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: layout,
+		Now: func() time.Time { return time.Now().Add(ahead) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := fast.Acquire(ctxFor(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl.Start < time.Now().Add(ahead).Unix()-5 {
+		t.Fatalf("the fast process's lease %v does not start in its own clock's time", fl)
+	}
+	if err := fast.Release(ctxFor(t, 10*time.Second), fl, fl.Start); err != nil {
+		t.Fatal(err)
+	}
+
+	for i := range 2 {
+		src, _ := newSource(t, b, locks, 1)
+		before := time.Now().Unix()
+		l, err := src.Acquire(ctxFor(t, 20*time.Second))
+		if err != nil {
+			t.Fatalf("claim %d with a true clock after the fast process's: %v", i+1, err)
+		}
+		// The bound of a true clock: its own second + the 1 s promise
+		// (no skew in the memory store), the next second to start.
+		if l.Start > before+3 {
+			t.Errorf("claim %d with a true clock got %v at second %d: it waited for the fast clock's unknown second, want at most %d", i+1, l, before, before+3)
+		}
+		if l.FirstNode == fl.FirstNode {
+			t.Errorf("claim %d with a true clock got %v, the block the fast process used at its clock's seconds (%v)", i+1, l, fl)
+		}
+		if err := src.Release(ctxFor(t, 10*time.Second), l, l.Start-1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
