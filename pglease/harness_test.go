@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/leasetest"
 	"github.com/randflake/randflake/pglease/pgtest"
 )
@@ -21,9 +23,24 @@ import (
 
 // TestMain runs the test binary as a holder process when leasetest's
 // process harness started it, and otherwise starts the shared server.
+// Either way the bound on each step of a store is stretched by how much
+// slower than on idle cores the process runs (the one place the tests'
+// stores get their timeouts from): a loaded test machine, not the
+// database, must not cut a step short.
 func TestMain(m *testing.M) {
+	stretchOp = slowdown.Stretch
 	leasetest.HolderMain(openHolderStore)
 	pgtest.Main(m)
+}
+
+// slowStep reports whether err is a step of a store that failed only
+// because it was slow: past its bound (the context's deadline, a lock or
+// statement timeout). Leased retries such a failed acquisition; a test
+// claiming in a loop may too.
+func slowStep(err error) bool {
+	var pe *pgconn.PgError
+	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
+		(errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014"))
 }
 
 // server returns the shared server, or skips the test without one.
@@ -113,11 +130,12 @@ func newLeased(t *testing.T, cfg Config) *randflake.Leased {
 }
 
 // leasedWhenFree claims node IDs with cfg as soon as a block is free,
-// trying again while every block is held, for up to limit. The generator
-// is closed at the end of the test.
+// trying again while every block is held, for up to limit, stretched by
+// the measured slowdown. The generator is closed at the end of the test.
 func leasedWhenFree(t *testing.T, cfg Config, limit time.Duration) *randflake.Leased {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
+	m := slowdown.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(limit+30*time.Second))
 	defer cancel()
 	for began := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		g, err := NewLeased(ctx, testSecret, cfg)
@@ -125,8 +143,9 @@ func leasedWhenFree(t *testing.T, cfg Config, limit time.Duration) *randflake.Le
 			leasetest.CloseAtEnd(t, g)
 			return g
 		}
-		if !errors.Is(err, ErrNoFreeNodes) || time.Since(began) > limit {
-			t.Fatalf("%s claiming when a block is free: %v (after %v)", cfg.Holder, err, time.Since(began).Round(time.Millisecond))
+		if !errors.Is(err, ErrNoFreeNodes) || time.Since(began) > m.Stretch(limit) {
+			t.Fatalf("%s claiming when a block is free: %v (after %v, a limit of %v; %s)",
+				cfg.Holder, err, time.Since(began).Round(time.Millisecond), m.Stretch(limit).Round(time.Millisecond), m)
 		}
 	}
 }

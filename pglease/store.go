@@ -101,7 +101,19 @@ func (st *store) Info() randflake.StoreInfo {
 
 // opTimeout bounds each statement and each step, so that a connection that
 // hangs (a partition that drops packets) fails within a third of the TTL.
-func (st *store) opTimeout() time.Duration { return st.ttl / 3 }
+func (st *store) opTimeout() time.Duration {
+	d := st.ttl / 3
+	if stretchOp != nil {
+		d = stretchOp(d)
+	}
+	return d
+}
+
+// stretchOp is nil in the product. The package's tests set it, before
+// any store is made, to stretch opTimeout by how much slower than on idle
+// cores the machine runs them, so that a step is not cut short because a
+// loaded test machine, not the database, was slow.
+var stretchOp func(time.Duration) time.Duration
 
 // handle returns the store's handle of held, nil if held is nil.
 func (st *store) handle(held randflake.StoreClaim) (*claimHandle, error) {
@@ -522,6 +534,13 @@ func (st *store) dbError(what string, err error) error {
 		case "40001", "40P01": // serialization failure, deadlock
 			return st.red.scrub(fmt.Errorf("pglease: %s: %s: %w (%w)", st.n.display, what, randflake.ErrStoreConflict, err))
 		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || (errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014")) {
+		// Say what was slow: the step, against its bound (or the
+		// caller's deadline, if that came first). 55P03: a lock wait
+		// past lock_timeout; 57014: a statement past statement_timeout.
+		return st.red.scrub(fmt.Errorf("pglease: %s: %s: not done within the bound on each step (%v) or the caller's deadline: %w",
+			st.n.display, what, st.opTimeout(), err))
 	}
 	return st.red.scrub(fmt.Errorf("pglease: %s: %s: %w", st.n.display, what, err))
 }
