@@ -16,6 +16,11 @@ import (
 // second about nine times. Every generator must finish with no error and
 // no duplicate, and no second may carry more than 131,072 IDs.
 func TestGenerateContextWaits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out about nine seconds of one node ID: not in -short")
+	}
+	// Its generators are its own; most of its time is spent waiting.
+	t.Parallel()
 	const workers, perWorker = 4, 300_000
 	now := time.Now().Unix()
 	newSharded := func(t *testing.T) *Sharded {

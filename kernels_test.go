@@ -60,6 +60,16 @@ func forEachKernel(t *testing.T, f func(t *testing.T)) {
 }
 
 func TestMain(m *testing.M) {
+	// The parallel tests spend most of their time waiting out lease
+	// seconds, not computing: unless -test.parallel was given, let more
+	// of them wait at once than there are processors (8: the few that
+	// compute, under load, then share the processors with few others).
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "8")
+	}
 	code := m.Run()
 	if referenceMissing.Load() {
 		fmt.Fprintln(os.Stderr, "note: the reference implementation's vectors were not found beside the checkout (set RANDFLAKE_VECTORS); compatibility was checked against "+goldenPath+" only")

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // testSource is a LeaseSource tests steer: leases end ttl seconds after
@@ -120,6 +122,9 @@ func newTestLeased(t *testing.T, src LeaseSource, onError func(error)) *Leased {
 // A leased generator renews before the end, so generation never stops, and
 // Close reports the newest second it used.
 func TestLeasedRenewsAndReleases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("renews 1 s leases for 2.5 s: not in -short")
+	}
 	t.Parallel()
 	src := &testSource{first: 3, last: 4, ttl: 1}
 	g := newTestLeased(t, src, nil)
@@ -167,6 +172,9 @@ func TestLeasedRenewsAndReleases(t *testing.T) {
 // When renewal fails, IDs are issued until the lease's end and none after;
 // the error names the cause; a later renewal resumes issuing.
 func TestLeasedStopsAtLeaseEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a 1 s lease: not in -short")
+	}
 	t.Parallel()
 	src := &testSource{first: 9, last: 9, ttl: 1}
 	var reported atomic.Int64
@@ -174,10 +182,14 @@ func TestLeasedStopsAtLeaseEnd(t *testing.T) {
 	down := errors.New("coordination service down")
 	src.set(func(s *testSource) { s.renewErr = down })
 	ids := newIDSet()
-	var lastOK time.Time
+	// The lease ends by the wall clock within two seconds; the bound only
+	// ends a generator that never stops.
+	slow := slowdown.Start()
+	var lastOK time.Time // when the last successful call began
 	var err error
-	for start := time.Now(); time.Since(start) < 5*time.Second; {
+	for start := time.Now(); time.Since(start) < slow.Stretch(5*time.Second); {
 		var id int64
+		called := time.Now()
 		id, err = g.Generate()
 		if errors.Is(err, ErrResourceExhausted) {
 			time.Sleep(5 * time.Millisecond)
@@ -186,11 +198,11 @@ func TestLeasedStopsAtLeaseEnd(t *testing.T) {
 		if err != nil {
 			break
 		}
-		lastOK = time.Now()
+		lastOK = called
 		ids.add(t, g, id)
 	}
 	if err == nil {
-		t.Fatal("still issuing 5s after renewals began to fail")
+		t.Fatalf("still issuing %v after renewals began to fail (lease %v; %s)", slow.Stretch(5*time.Second), g.Lease(), slow)
 	}
 	end := g.Lease().End
 	if !errors.Is(err, ErrInvalidLease) || !errors.Is(err, down) {
@@ -203,30 +215,43 @@ func TestLeasedStopsAtLeaseEnd(t *testing.T) {
 	if ids.maxTS > end {
 		t.Errorf("issued an ID at second %d after the lease end %d", ids.maxTS, end)
 	}
-	// The coarse clock may lag the wall clock by 10ms, and the test may be
-	// descheduled between Generate and reading the time.
-	if limit := time.Unix(end+1, 0).Add(200 * time.Millisecond); lastOK.After(limit) {
-		t.Errorf("issued an ID at %v, after the lease ended at %v", lastOK, time.Unix(end+1, 0))
+	// lastOK is read before the call, so a test descheduled after it
+	// costs nothing; the coarse clock may lag the wall clock by a tick,
+	// more when its goroutine waits for a CPU.
+	if limit := time.Unix(end+1, 0).Add(slow.Stretch(200 * time.Millisecond)); lastOK.After(limit) {
+		t.Errorf("issued an ID in a call begun at %v, after the lease ended at %v (%s)", lastOK, time.Unix(end+1, 0), slow)
 	}
 	if reported.Load() == 0 {
 		t.Error("OnError not called")
 	}
-	src.set(func(s *testSource) { s.renewErr = nil })
+	// Renewals are retried every 250ms once the lease has ended: the next
+	// one succeeds, and issuing resumes.
+	var renewedBefore int
+	src.set(func(s *testSource) { s.renewErr, renewedBefore = nil, s.renewed })
+	resumed := slowdown.Start()
 	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
 		id, err := g.Generate()
 		if err == nil {
 			ids.add(t, g, id)
 			break
 		}
-		if time.Since(start) > 3*time.Second {
-			t.Fatalf("no ID 3s after renewals succeed again: %v", err)
+		if limit := resumed.Stretch(3 * time.Second); time.Since(start) > limit {
+			t.Fatalf("no ID %v after renewals succeed again: %v (%s)", limit, err, resumed)
 		}
 	}
+	src.set(func(s *testSource) {
+		if s.renewed == renewedBefore {
+			t.Error("issuing resumed with no renewal since the lease ended")
+		}
+	})
 }
 
 // A lost lease stops generation at once; the generator acquires another
 // one and starts after its Start.
 func TestLeasedReacquiresLostLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease starting 2 s on: not in -short")
+	}
 	t.Parallel()
 	src := &testSource{first: 100, last: 101, ttl: 2}
 	g := newTestLeased(t, src, nil)
@@ -242,28 +267,34 @@ func TestLeasedReacquiresLostLease(t *testing.T) {
 		s.first, s.last, s.start = 200, 200, nextStart
 		s.renewErr = fmt.Errorf("claim deleted: %w", ErrLeaseLost)
 	})
-	// Generation stops at the next renewal, before the lease's end.
+	// Generation stops at the next renewal, before the lease's end: the
+	// first call refused began within the lease (the second is read
+	// before the call, so a test descheduled after it costs nothing).
 	for {
 		end := g.Lease().End
+		called := time.Now().Unix()
 		if _, err := g.Generate(); err != nil {
 			if !errors.Is(err, ErrInvalidLease) {
 				t.Fatalf("error %v, want ErrInvalidLease", err)
 			}
-			if time.Now().Unix() > end {
-				t.Errorf("stopped after the lease's end %d", end)
+			if called > end {
+				t.Errorf("went on past the lease's end %d: the first call refused began at second %d", end, called)
 			}
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// The new lease starts two seconds on; the bound only ends a
+	// generator that never resumes.
+	slow := slowdown.Start()
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		n, err := g.GenerateBatch(batch)
 		ids.add(t, g, batch[:n]...)
 		if err == nil {
 			break
 		}
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("no ID 5s after the lease was lost: %v", err)
+		if limit := slow.Stretch(5 * time.Second); time.Since(start) > limit {
+			t.Fatalf("no ID %v after the lease was lost: %v (%s)", limit, err, slow)
 		}
 	}
 	if l := g.Lease(); l.FirstNode != 200 || l.Start != nextStart {

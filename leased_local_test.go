@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // TestLeasedLocal: goroutines taking IDs through their own Local of one
@@ -16,6 +18,9 @@ import (
 // node IDs or seconds, none on the lost lease after the loss was seen,
 // and every Local moves to the new lease.
 func TestLeasedLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("renews and loses 2 s leases for seconds: not in -short")
+	}
 	t.Parallel()
 	src := &testSource{first: 40, last: 41, ttl: 2}
 	g := newTestLeased(t, src, nil)
@@ -95,6 +100,9 @@ func TestLeasedLocal(t *testing.T) {
 // TestLeasedLocalStopsAtLeaseEnd: when renewal fails, a Local issues until
 // the lease's end and none after it, then returns the *LeaseError.
 func TestLeasedLocalStopsAtLeaseEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a 1 s lease: not in -short")
+	}
 	t.Parallel()
 	src := &testSource{first: 50, last: 50, ttl: 1}
 	g := newTestLeased(t, src, nil)
@@ -103,7 +111,10 @@ func TestLeasedLocalStopsAtLeaseEnd(t *testing.T) {
 	loc := g.NewLocal()
 	var maxTS int64
 	var err error
-	for start := time.Now(); time.Since(start) < 10*time.Second; {
+	// The lease ends by the wall clock within two seconds; the bound only
+	// ends a Local that never stops.
+	slow := slowdown.Start()
+	for start := time.Now(); time.Since(start) < slow.Stretch(10*time.Second); {
 		var id int64
 		id, err = loc.Generate()
 		if errors.Is(err, ErrResourceExhausted) {
@@ -118,7 +129,7 @@ func TestLeasedLocalStopsAtLeaseEnd(t *testing.T) {
 	}
 	var le *LeaseError
 	if !errors.As(err, &le) || !errors.Is(err, ErrInvalidLease) || !errors.Is(err, down) {
-		t.Fatalf("after the lease's end: %v, want a *LeaseError wrapping ErrInvalidLease and the source's error", err)
+		t.Fatalf("after the lease's end: %v, want a *LeaseError wrapping ErrInvalidLease and the source's error (lease %v; %s)", err, g.Lease(), slow)
 	}
 	if end := g.Lease().End; maxTS > end {
 		t.Errorf("ID at second %s, after the lease's end %s", formatSecond(maxTS), formatSecond(end))
@@ -142,12 +153,14 @@ func TestLeasedLocalClosed(t *testing.T) {
 }
 
 // waitFor polls cond every 10ms until it holds, failing the test after
-// limit.
+// limit, stretched by how much slower than on idle cores the test runs
+// meanwhile.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
+	slow := slowdown.Start()
 	for start := time.Now(); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Since(start) > limit {
-			t.Fatalf("no %s within %v", what, limit)
+		if d := slow.Stretch(limit); time.Since(start) > d {
+			t.Fatalf("no %s within %v (%s)", what, d, slow)
 		}
 	}
 }
