@@ -122,6 +122,10 @@ type StoreView struct {
 	Fresh bool
 	// Blocks are the blocks read, in order of their first node ID.
 	Blocks []BlockState
+	// Clock is the store's own clock when read, for a store that has one
+	// (PostgreSQL's clock_timestamp(), the API server's Date); zero
+	// otherwise. Only status reports use it.
+	Clock time.Time
 }
 
 // BlockState is one block as read.
@@ -134,6 +138,10 @@ type BlockState struct {
 	// expired (for the held claim's own blocks: whether it is still
 	// this store's).
 	Held bool
+	// Holder names the holder of a held block as the store knows it (a
+	// holder name, a pod), for status reports; "" where the store does
+	// not say.
+	Holder string
 }
 
 // StoreChanges is what one atomic step writes.
