@@ -12,6 +12,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease/etcdtest"
+	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -158,10 +159,12 @@ func (r *restoreRun) restore(opts etcdtest.RestoreOptions) {
 	r.restored = time.Now()
 }
 
-// bSawRollback waits up to timeout for B to report its lease lost because
-// etcd went back, and returns how long after the restore it did.
+// bSawRollback waits up to timeout, stretched by the measured slowdown,
+// for B to report its lease lost because etcd went back, and returns how
+// long after the restore it did.
 func (r *restoreRun) bSawRollback(timeout time.Duration) time.Duration {
 	r.t.Helper()
+	m := slowdown.Start()
 	for {
 		r.mu.Lock()
 		var errs []error
@@ -173,8 +176,8 @@ func (r *restoreRun) bSawRollback(timeout time.Duration) time.Duration {
 			errs = append(errs, e.err)
 		}
 		r.mu.Unlock()
-		if time.Since(r.restored) > timeout {
-			r.t.Fatalf("B did not see etcd go back within %v of the restore; its errors: %v", timeout, errs)
+		if limit := m.Stretch(timeout); time.Since(r.restored) > limit {
+			r.t.Fatalf("B did not see etcd go back within %v of the restore (%s); its errors: %v", limit.Round(time.Millisecond), m, errs)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -2,16 +2,20 @@ package etcdlease
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease/etcdtest"
 	"github.com/randflake/randflake/leasetest"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // testTTL is the etcd lease TTL of the tests; their promise is the same,
@@ -20,6 +24,15 @@ import (
 const testTTL = 3 * time.Second
 
 var testSecret = []byte("fleet-secret-16b")
+
+// slowRequest reports whether err is a request of a store that failed
+// only because it was slow: past its deadline, or timed out in etcd
+// itself. Leased retries such a failed acquisition; a test claiming in a
+// loop may too.
+func slowRequest(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded ||
+		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrGRPCTimeout)
+}
 
 // newClient returns a silenced etcd client of endpoint that reconnects
 // quickly after the server comes back, closed when t ends.

@@ -90,7 +90,22 @@ func endFor(t0 time.Time, ttl int64) int64 {
 // renewal, a promise, a release): a third of the TTL, so that one that
 // cannot reach etcd returns while the lease still runs, in time to try
 // again.
-func (s *Store) opTimeout() time.Duration { return time.Duration(s.ttl) * time.Second / 3 }
+func (s *Store) opTimeout() time.Duration {
+	return stretch(time.Duration(s.ttl) * time.Second / 3)
+}
+
+// stretchOp is nil in the product. The package's tests set it, before
+// any store is made, to stretch opTimeout and stepTimeout by how much
+// slower than on idle cores the machine runs them, so that a request is
+// not cut short because a loaded test machine, not etcd, was slow.
+var stretchOp func(time.Duration) time.Duration
+
+func stretch(d time.Duration) time.Duration {
+	if stretchOp != nil {
+		return stretchOp(d)
+	}
+	return d
+}
 
 // stepTimeout bounds each request of a step: for a held claim,
 // opTimeout; for a claim (or a step on no claim), a whole TTL, since no
@@ -99,7 +114,7 @@ func (s *Store) stepTimeout(c *storeClaim) time.Duration {
 	if c != nil {
 		return s.opTimeout()
 	}
-	return time.Duration(s.ttl) * time.Second
+	return stretch(time.Duration(s.ttl) * time.Second)
 }
 
 // Info describes the store: claims end with their etcd lease, a TTL after
