@@ -40,7 +40,25 @@ func clockAhead(e *env) {
 	// Processes an hour ahead claim every other free run, and release.
 	var held []*proc
 	var leases []randflake.Lease
+	// The claimants stay alive, renewing their claims as their
+	// generators would, however long the claims and releases take on a
+	// loaded machine: a claim that lapsed would free its run again.
+	renewed := time.Now()
+	keepAlive := func(from int) {
+		if time.Since(renewed) <= e.info.Promise/4 {
+			return
+		}
+		for i := from; i < len(held); i++ {
+			l, err := held[i].renew(leases[i])
+			if err != nil {
+				t.Fatalf("%s, an hour ahead, renewing its claim %v while the others claim or release (%s): %v", held[i].name, leases[i], slowness(), err)
+			}
+			leases[i] = l
+		}
+		renewed = time.Now()
+	}
 	for range e.runs {
+		keepAlive(0)
 		p := e.newProc("ahead", opts{ahead: time.Hour})
 		l, err := p.acquire()
 		if errors.Is(err, randflake.ErrNoFreeNodes) {
@@ -55,6 +73,7 @@ func clockAhead(e *env) {
 		t.Fatalf("processes an hour ahead claimed %d runs, want every run but the true-clock holder's, %d", len(held), e.runs-1)
 	}
 	for i, p := range held {
+		keepAlive(i)
 		p.release(leases[i])
 	}
 	c := e.newProc("behind", opts{})

@@ -435,6 +435,13 @@ func (p *proc) acquire() (randflake.Lease, error) {
 	return p.src.Acquire(ctx)
 }
 
+// renew renews a bare BlockSource's lease within the budget.
+func (p *proc) renew(l randflake.Lease) (randflake.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.e.limit())
+	defer cancel()
+	return p.src.Renew(ctx, l)
+}
+
 // initialise makes a first claim and releases it, so that the store has
 // a marker (and a store that is not fresh has had its unknown history
 // waited out).
