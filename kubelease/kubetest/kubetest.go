@@ -14,6 +14,17 @@
 // the API server (which is restarted, as Kubernetes asks): the resource
 // versions go back to the snapshot's.
 //
+// The servers take their ports from leasetest.FreePort, and a server that
+// finds a port taken all the same is started again on new ones. The API
+// server's address ([Cluster.Addr]) is a listener the test process holds
+// for the cluster's life, which forwards each connection to the API
+// server's port of the moment: it stays the same across restarts, and no
+// other program can take it meanwhile.
+//
+// Every wait of the package is bounded by a time that holds on idle cores,
+// stretched by how much slower the test process runs ([Timeout]); the
+// tests on a cluster bound theirs the same way ([Context]).
+//
 // kube-apiserver is found by [Find]: the file $RANDFLAKE_KUBE_APISERVER
 // names, else the cache .ci/kube-apiserver.sh builds it into
 // (${XDG_CACHE_HOME:-$HOME/.cache}/randflake/kube-apiserver-v1.37.2).
@@ -50,6 +61,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -97,6 +109,82 @@ func Find() (apiserver, etcd, etcdctl string, err error) {
 	return apiserver, etcd, etcdctl, nil
 }
 
+// The bounds of kubetest's waits on idle cores, each stretched by Timeout
+// when used.
+const (
+	// CallTimeout bounds one request to the API server, or a few in a
+	// row (a namespace created and its Role granted), as Context does.
+	CallTimeout = 30 * time.Second
+	// etcdReady and apiReady bound a start: until etcd is healthy, and
+	// until the API server's /readyz answers ok (it writes its default
+	// objects first).
+	etcdReady = 30 * time.Second
+	apiReady  = 90 * time.Second
+	// stopGrace is how long a stopped server has to exit after SIGTERM
+	// before it is killed.
+	stopGrace = 10 * time.Second
+	// probeTimeout bounds one readiness probe.
+	probeTimeout = 2 * time.Second
+)
+
+// Timeout returns d, a bound that holds on idle cores, stretched by how
+// much slower than on idle cores the test process has run so far
+// (internal/slowdown measures it: the time its threads waited for a CPU
+// against the time they ran). Every wait of kubetest takes its bound from
+// it, and so should the tests' waits on a cluster.
+func Timeout(d time.Duration) time.Duration { return slowdown.Stretch(d) }
+
+// deadlineError is the cause of a context of Context whose deadline
+// passed: what was not done, within which bound.
+type deadlineError struct {
+	what string
+	base time.Duration // the bound on idle cores
+	d    time.Duration // as stretched
+}
+
+func (e *deadlineError) Error() string {
+	return fmt.Sprintf("kubetest: %s: not done within %v (%v on idle cores, stretched: %s)",
+		e.what, e.d.Round(time.Millisecond), e.base, slowness())
+}
+
+// slowness describes the process's slowdown, for failure messages.
+func slowness() string {
+	return fmt.Sprintf("this process has run %.1f× slower than on idle cores", slowdown.Factor())
+}
+
+func (e *deadlineError) Unwrap() error { return context.DeadlineExceeded }
+
+// Context returns a context for a step of t on a cluster, bounded by
+// CallTimeout stretched by Timeout, and cancelled when t ends. Once its
+// deadline passes, its cause (context.Cause, and the error of a request
+// made with it) names what, the bound and the slowdown, and wraps
+// context.DeadlineExceeded.
+func Context(t testing.TB, what string) context.Context {
+	return ContextFor(t, what, CallTimeout)
+}
+
+// ContextFor is Context with the bound d on idle cores.
+func ContextFor(t testing.TB, what string, d time.Duration) context.Context {
+	ctx, cancel := boundCtx(context.Background(), what, d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// boundCtx returns ctx bounded by d stretched, with a cause naming what.
+func boundCtx(ctx context.Context, what string, d time.Duration) (context.Context, context.CancelFunc) {
+	sd := Timeout(d)
+	return context.WithTimeoutCause(ctx, sd, &deadlineError{what: what, base: d, d: sd})
+}
+
+// SkipShort skips t under -short: a cluster runs etcd and kube-apiserver,
+// external programs that take seconds to start.
+func SkipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs etcd and kube-apiserver (kubetest starts them): not in -short")
+	}
+}
+
 // Users of a cluster, authenticated by the static tokens of Cluster.Token.
 const (
 	// Admin is in system:masters: it may do anything.
@@ -112,27 +200,31 @@ const (
 type Cluster struct {
 	apiserver, etcd, etcdctl string
 	dir                      string
-	etcdPort, peerPort       int
-	apiPort                  int
+	etcdName                 string            // etcd's member name and cluster token, the cluster's own
 	tokens                   map[string]string // user -> token
 	caPEM                    []byte
 	caCert                   *x509.Certificate
 	caKey                    *ecdsa.PrivateKey
 	hc                       *http.Client
+	front                    *front // the API server's address
 
-	mu      sync.Mutex
-	data    string // etcd's data directory
-	gen     int
-	etcdP   *leasetest.ServerProcess
-	apiP    *leasetest.ServerProcess
-	closed  bool
-	started time.Duration // how long the API server took to be ready, last start
+	mu                 sync.Mutex
+	data               string // etcd's data directory
+	gen                int
+	etcdPort, peerPort int // etcd's ports of the moment
+	apiPort            int // the API server's port of the moment, behind front
+	etcdP              *leasetest.ServerProcess
+	apiP               *leasetest.ServerProcess
+	closed             bool
+	started            time.Duration // how long the API server took to be ready, last start
 }
 
 // New starts a cluster for t alone, closed when t and its subtests end.
-// Without binaries it skips t, or fails it under CI.
+// Without binaries it skips t, or fails it under CI; under -short it skips
+// t (see SkipShort).
 func New(t testing.TB) *Cluster {
 	t.Helper()
+	SkipShort(t)
 	return leasetest.ServerFor(t, "kubetest: starting etcd and kube-apiserver", Start, ErrNotFound)
 }
 
@@ -149,13 +241,15 @@ func Start() (*Cluster, error) {
 	}
 	c := &Cluster{apiserver: apiserver, etcd: etcd, etcdctl: etcdctl, dir: dir, tokens: map[string]string{}}
 	if err := c.setup(); err != nil {
+		if c.front != nil {
+			c.front.close()
+		}
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.data = c.newDataDir()
-	if err := c.startEtcd(); err != nil {
+	if err := c.startEtcd(context.Background(), ""); err != nil {
 		c.closeLocked()
 		return nil, err
 	}
@@ -166,15 +260,16 @@ func Start() (*Cluster, error) {
 	return c, nil
 }
 
-// setup picks the ports and writes the CA, the serving certificate, the
-// service-account key pair and the token file.
+// setup opens the API server's address and writes the CA, the serving
+// certificate, the service-account key pair and the token file.
 func (c *Cluster) setup() error {
 	var err error
-	for _, p := range []*int{&c.etcdPort, &c.peerPort, &c.apiPort} {
-		if *p, err = leasetest.FreePort(); err != nil {
-			return err
-		}
+	if c.front, err = newFront(); err != nil {
+		return fmt.Errorf("kubetest: the API server's address: %w", err)
 	}
+	name := make([]byte, 6)
+	rand.Read(name)
+	c.etcdName = "kubetest-" + hex.EncodeToString(name)
 	c.caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -237,7 +332,8 @@ func (c *Cluster) setup() error {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(c.caCert)
-	c.hc = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	// No timeout of its own: every request is bounded by its context.
+	c.hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	return nil
 }
 
@@ -283,12 +379,14 @@ func (c *Cluster) newDataDir() string {
 	return c.path(fmt.Sprintf("etcd-%d", c.gen))
 }
 
+// etcdURL and peerURL are etcd's URLs of the moment; c.mu is held.
 func (c *Cluster) etcdURL() string { return "http://127.0.0.1:" + strconv.Itoa(c.etcdPort) }
 func (c *Cluster) peerURL() string { return "http://127.0.0.1:" + strconv.Itoa(c.peerPort) }
 
 // Addr returns the API server's address, 127.0.0.1:PORT; it stays the same
-// across restarts.
-func (c *Cluster) Addr() string { return "127.0.0.1:" + strconv.Itoa(c.apiPort) }
+// across restarts, even when the API server itself starts again on
+// another port.
+func (c *Cluster) Addr() string { return c.front.addr() }
 
 // URL returns the API server's URL.
 func (c *Cluster) URL() string { return "https://" + c.Addr() }
@@ -336,45 +434,165 @@ contexts:
 	return p, os.WriteFile(p, []byte(kc), 0o600)
 }
 
-func (c *Cluster) startEtcd() error {
-	cmd := exec.Command(c.etcd, "--name", "kubetest", "--data-dir", c.data,
+// startEtcd starts etcd on a new data directory, or on one restored from
+// the snapshot file if not "": on its ports of the moment if it had some,
+// else, or if one of them is taken, on new ones. c.mu is held.
+func (c *Cluster) startEtcd(ctx context.Context, snapshot string) error {
+	try := func(ports []int) error {
+		c.etcdPort, c.peerPort = ports[0], ports[1]
+		c.data = c.newDataDir()
+		if snapshot != "" {
+			// The same member name and cluster token: a restore of this
+			// cluster, not a new one.
+			if _, err := c.ctl(ctx, "snapshot", "restore", snapshot, "--data-dir", c.data, "--name", c.etcdName,
+				"--initial-cluster", c.etcdName+"="+c.peerURL(), "--initial-advertise-peer-urls", c.peerURL(),
+				"--initial-cluster-token", c.etcdName); err != nil {
+				return err
+			}
+		}
+		return c.runEtcd()
+	}
+	if c.etcdPort != 0 {
+		if err := try([]int{c.etcdPort, c.peerPort}); !errors.Is(err, leasetest.ErrPortTaken) {
+			return err
+		}
+	}
+	return leasetest.StartOnFreePorts("kubetest: etcd", 2, try)
+}
+
+// runEtcd starts etcd on c.data and its ports of the moment and waits
+// until it is healthy. An error wraps leasetest.ErrPortTaken if etcd could
+// not bind a port. c.mu is held.
+func (c *Cluster) runEtcd() error {
+	cmd := exec.Command(c.etcd, "--name", c.etcdName, "--data-dir", c.data,
 		"--listen-client-urls", c.etcdURL(), "--advertise-client-urls", c.etcdURL(),
 		"--listen-peer-urls", c.peerURL(), "--initial-advertise-peer-urls", c.peerURL(),
-		"--initial-cluster", "kubetest="+c.peerURL(), "--initial-cluster-token", "kubetest", "--initial-cluster-state", "new",
+		"--initial-cluster", c.etcdName+"="+c.peerURL(), "--initial-cluster-token", c.etcdName, "--initial-cluster-state", "new",
 		"--heartbeat-interval", "10", "--election-timeout", "100", "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p, err := leasetest.StartServer("kubetest: etcd", cmd, c.path("etcd.log"))
 	if err != nil {
 		return err
 	}
+	err = c.waitReady(p, "etcd", "healthy", etcdReady, 20*time.Millisecond, c.etcdHealthy)
+	if err != nil {
+		return err
+	}
 	c.etcdP = p
-	deadline := time.Now().Add(30 * time.Second)
+	return nil
+}
+
+// etcdHealthy asks etcd whether it is healthy, and whether it is this
+// cluster's: another server that took the port would answer too.
+func (c *Cluster) etcdHealthy(ctx context.Context) error {
+	var health struct {
+		Health string `json:"health"`
+	}
+	if err := c.probe(ctx, http.MethodGet, c.etcdURL()+"/health", nil, &health); err != nil {
+		return err
+	}
+	if health.Health != "true" {
+		return fmt.Errorf("/health: %q", health.Health)
+	}
+	var members struct {
+		Members []struct {
+			Name string `json:"name"`
+		} `json:"members"`
+	}
+	if err := c.probe(ctx, http.MethodPost, c.etcdURL()+"/v3/cluster/member/list", []byte("{}"), &members); err != nil {
+		return err
+	}
+	if len(members.Members) != 1 || members.Members[0].Name != c.etcdName {
+		return fmt.Errorf("%s answers for members %+v, not this cluster's %s: another etcd", c.etcdURL(), members.Members, c.etcdName)
+	}
+	return nil
+}
+
+// probe sends a request to etcd and decodes its JSON answer into out.
+func (c *Cluster) probe(ctx context.Context, method, url string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s %s", url, resp.Status, bytes.TrimSpace(b))
+	}
+	return json.Unmarshal(b, out)
+}
+
+// waitReady waits, probing every poll, until ready answers nil, for at
+// most bound on idle cores stretched by Timeout; what is ready names the
+// server and what it waits for in errors. It stops p if it does not get
+// ready, and returns an error wrapping leasetest.ErrPortTaken if p exited
+// because a port was taken.
+func (c *Cluster) waitReady(p *leasetest.ServerProcess, name, what string, bound, poll time.Duration, ready func(context.Context) error) error {
+	began := time.Now()
+	deadline := began.Add(Timeout(bound))
 	for {
-		resp, err := (&http.Client{Timeout: time.Second, Transport: &http.Transport{}}).Get(c.etcdURL() + "/health")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if bytes.Contains(b, []byte(`"health":"true"`)) {
-				return nil
+		ctx, cancel := context.WithTimeout(context.Background(), min(time.Until(deadline), Timeout(probeTimeout)))
+		err := ready(ctx)
+		cancel()
+		select {
+		case <-p.Exited():
+			// Exited: whatever answered was not p.
+			if taken := p.PortTaken(); taken != nil {
+				return fmt.Errorf("kubetest: %s: %w", name, taken)
 			}
+			return fmt.Errorf("kubetest: %s exited: %v\n%s", name, p.State(), tail(p.Output()))
+		default:
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			p.Stop(syscall.SIGKILL, Timeout(stopGrace))
+			return fmt.Errorf("kubetest: %s not %s within %v (%v on idle cores; %s): %v\n%s",
+				name, what, time.Since(began).Round(time.Millisecond), bound, slowness(), err, tail(p.Output()))
 		}
 		select {
 		case <-p.Exited():
-			c.etcdP = nil
-			return fmt.Errorf("kubetest: etcd exited: %v\n%s", p.State(), leasetest.LogTail(c.path("etcd.log")))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kubetest: etcd not healthy after 30s\n%s", leasetest.LogTail(c.path("etcd.log")))
+		case <-time.After(poll):
 		}
 	}
 }
 
+// tail returns the last 4 KB of a server's output.
+func tail(out string) string {
+	if len(out) > 4096 {
+		out = out[len(out)-4096:]
+	}
+	return out
+}
+
+// startAPI starts the API server on etcd, on its port of the moment if it
+// had one, else, or if it is taken, on a new one, and points the
+// cluster's address at it once it is ready. c.mu is held.
 func (c *Cluster) startAPI() error {
+	if c.apiPort != 0 {
+		if err := c.runAPI(c.apiPort); !errors.Is(err, leasetest.ErrPortTaken) {
+			return err
+		}
+	}
+	return leasetest.StartOnFreePorts("kubetest: kube-apiserver", 1, func(ports []int) error { return c.runAPI(ports[0]) })
+}
+
+// runAPI starts the API server on port and waits until it is ready. An
+// error wraps leasetest.ErrPortTaken if it could not bind the port. c.mu
+// is held.
+func (c *Cluster) runAPI(port int) error {
 	start := time.Now()
 	cmd := exec.Command(c.apiserver,
 		"--etcd-servers", c.etcdURL(),
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(c.apiPort),
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
 		"--tls-cert-file", c.path("apiserver.crt"), "--tls-private-key-file", c.path("apiserver.key"),
 		"--client-ca-file", c.path("ca.crt"),
 		"--token-auth-file", c.path("tokens.csv"),
@@ -392,29 +610,24 @@ func (c *Cluster) startAPI() error {
 	if err != nil {
 		return err
 	}
-	c.apiP = p
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		err := c.ready()
-		if err == nil {
-			c.started = time.Since(start)
-			return nil
-		}
-		select {
-		case <-p.Exited():
-			c.apiP = nil
-			return fmt.Errorf("kubetest: kube-apiserver exited: %v\n%s", p.State(), leasetest.LogTail(c.path("apiserver.log")))
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kubetest: kube-apiserver not ready after 90s: %v\n%s", err, leasetest.LogTail(c.path("apiserver.log")))
-		}
+	// Probed on its own port: only this API server, with this CA's
+	// certificate, accepts the administrator's token.
+	url := "https://127.0.0.1:" + strconv.Itoa(port)
+	if err := c.waitReady(p, "kube-apiserver", "ready", apiReady, 100*time.Millisecond, func(ctx context.Context) error { return c.ready(ctx, url) }); err != nil {
+		return err
 	}
+	c.apiP, c.apiPort = p, port
+	c.started = time.Since(start)
+	c.front.point("127.0.0.1:" + strconv.Itoa(port))
+	return nil
 }
 
-// ready asks /readyz, as the administrator.
-func (c *Cluster) ready() error {
-	req, _ := http.NewRequest(http.MethodGet, c.URL()+"/readyz", nil)
+// ready asks the API server at url for /readyz, as the administrator.
+func (c *Cluster) ready(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+	if err != nil {
+		return err
+	}
 	req.Header.Set("Authorization", "Bearer "+c.tokens[Admin])
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -446,45 +659,58 @@ func (c *Cluster) APIServerPID() int {
 	return c.apiP.PID()
 }
 
-// StopAPIServer stops the API server (SIGTERM, then SIGKILL after 10 s);
-// etcd keeps running.
+// StopAPIServer stops the API server (SIGTERM, then SIGKILL if it has not
+// exited after 10 s, stretched by Timeout); etcd keeps running. The
+// connections to its address are closed, and new ones closed at once,
+// until it is started again.
 func (c *Cluster) StopAPIServer() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := c.apiP
-	c.apiP = nil
-	return p.Stop(syscall.SIGTERM, 10*time.Second)
+	return c.stopAPILocked()
 }
 
-// StartAPIServer starts a stopped API server again, on the same port and
-// etcd, and returns once it is ready.
+func (c *Cluster) stopAPILocked() error {
+	c.front.point("")
+	p := c.apiP
+	c.apiP = nil
+	return p.Stop(syscall.SIGTERM, Timeout(stopGrace))
+}
+
+// StartAPIServer starts a stopped API server again, on the same etcd, and
+// returns once it is ready; its address stays the same.
 func (c *Cluster) StartAPIServer() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("kubetest: StartAPIServer of a closed cluster")
+	}
 	if c.apiP != nil {
 		return errors.New("kubetest: the API server runs")
 	}
 	return c.startAPI()
 }
 
-// RestartAPIServer stops the API server and starts it again.
+// RestartAPIServer stops the API server and starts it again. An API
+// server that had to be killed is started again all the same: it has
+// exited either way.
 func (c *Cluster) RestartAPIServer() error {
-	if err := c.StopAPIServer(); err != nil {
-		return err
-	}
+	c.StopAPIServer()
 	return c.StartAPIServer()
 }
 
 // Snapshot saves etcd's keyspace to path (etcdctl snapshot save).
 func (c *Cluster) Snapshot(ctx context.Context, path string) error {
-	_, err := c.ctl(ctx, "--endpoints="+c.etcdURL(), "snapshot", "save", path)
+	c.mu.Lock()
+	url := c.etcdURL()
+	c.mu.Unlock()
+	_, err := c.ctl(ctx, "--endpoints="+url, "snapshot", "save", path)
 	return err
 }
 
 // Restore puts etcd back to the snapshot at path under the API server, as
 // an operator does after a disaster: it stops the API server and etcd,
-// restores the snapshot into a new data directory under the same cluster
-// token (the same cluster ID), starts etcd on it and the API server again.
+// restores the snapshot into a new data directory under the same member
+// name and cluster token, starts etcd on it and the API server again.
 // Resource versions go back to the snapshot's.
 func (c *Cluster) Restore(ctx context.Context, path string) error {
 	c.mu.Lock()
@@ -492,23 +718,11 @@ func (c *Cluster) Restore(ctx context.Context, path string) error {
 	if c.closed {
 		return errors.New("kubetest: Restore of a closed cluster")
 	}
-	p := c.apiP
-	c.apiP = nil
-	if err := p.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
-		return err
-	}
-	e := c.etcdP
+	// A server that had to be killed has exited all the same.
+	c.stopAPILocked()
+	c.etcdP.Stop(syscall.SIGTERM, Timeout(stopGrace))
 	c.etcdP = nil
-	if err := e.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
-		return err
-	}
-	data := c.newDataDir()
-	if _, err := c.ctl(ctx, "snapshot", "restore", path, "--data-dir", data, "--name", "kubetest",
-		"--initial-cluster", "kubetest="+c.peerURL(), "--initial-advertise-peer-urls", c.peerURL(), "--initial-cluster-token", "kubetest"); err != nil {
-		return err
-	}
-	c.data = data
-	if err := c.startEtcd(); err != nil {
+	if err := c.startEtcd(ctx, path); err != nil {
 		return err
 	}
 	return c.startAPI()
@@ -520,13 +734,16 @@ func (c *Cluster) ctl(ctx context.Context, args ...string) ([]byte, error) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return out.Bytes(), fmt.Errorf("etcdctl %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(errb.Bytes()))
+		if cause := context.Cause(ctx); cause != nil {
+			err = fmt.Errorf("%v (%w)", err, cause)
+		}
+		return out.Bytes(), fmt.Errorf("etcdctl %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(errb.Bytes()))
 	}
 	return out.Bytes(), nil
 }
 
-// Close stops the API server and etcd and removes the temporary
-// directory.
+// Close stops the API server and etcd, closes the API server's address
+// and removes the temporary directory.
 func (c *Cluster) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -538,8 +755,9 @@ func (c *Cluster) closeLocked() {
 		return
 	}
 	c.closed = true
-	c.apiP.Stop(syscall.SIGTERM, 10*time.Second)
-	c.etcdP.Stop(syscall.SIGTERM, 10*time.Second)
+	c.front.close()
+	c.apiP.Stop(syscall.SIGTERM, Timeout(stopGrace))
+	c.etcdP.Stop(syscall.SIGTERM, Timeout(stopGrace))
 	c.apiP, c.etcdP = nil, nil
 	os.RemoveAll(c.dir)
 }
@@ -633,7 +851,7 @@ func (c *Cluster) Grant(ctx context.Context, ns, user string, verbs ...string) e
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("kubetest: %s may not %s leases in %s yet: %w", user, verb, ns, ctx.Err())
+				return fmt.Errorf("kubetest: %s may not %s leases in %s yet: %w", user, verb, ns, context.Cause(ctx))
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

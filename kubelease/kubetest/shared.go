@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/randflake/randflake/leasetest"
 )
@@ -33,10 +32,11 @@ func Main(m *testing.M) {
 
 // Shared returns the cluster the package's tests share, starting it on
 // first use; each test works in a namespace of its own (Namespace). Without
-// binaries it skips t, or fails it under CI. The package's TestMain must
-// be Main, which closes it.
+// binaries it skips t, or fails it under CI; under -short it skips t (see
+// SkipShort). The package's TestMain must be Main, which closes it.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
+	SkipShort(t)
 	shared.once.Do(func() { shared.c, shared.err = Start() })
 	if errors.Is(shared.err, ErrNotFound) && !leasetest.ServersRequired() {
 		t.Skip(shared.err)
@@ -54,7 +54,7 @@ var namespaces atomic.Int64
 func (c *Cluster) Namespace(t testing.TB, prefix string) string {
 	t.Helper()
 	ns := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid()%100000, namespaces.Add(1))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := boundCtx(context.Background(), "creating namespace "+ns+" and granting "+User+" the lease verbs in it", CallTimeout)
 	defer cancel()
 	if err := c.CreateNamespace(ctx, ns); err != nil {
 		t.Fatalf("kubetest: creating namespace %s: %v", ns, err)
