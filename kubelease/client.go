@@ -56,8 +56,9 @@ type ClientConfig struct {
 	// WrapTransport, if set, wraps the HTTP transport (tests use it to
 	// play a crash or to count requests).
 	WrapTransport func(http.RoundTripper) http.RoundTripper
-	// Timeout bounds each request (0: 30 s); the store sets shorter
-	// deadlines through its contexts.
+	// Timeout bounds each request, from its dial to the end of its
+	// answer (0: 30 s). It is the client's only bound: the store bounds
+	// its requests more tightly through their contexts, by its TTL.
 	Timeout time.Duration
 }
 
@@ -115,14 +116,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		tc.Certificates = []tls.Certificate{pair}
 	}
+	// No timeout of the transport's own (dial, handshake, answer): a
+	// request is bounded by its context and by Timeout, whichever ends
+	// first, so that a slow server is given the time its caller gives.
 	var rt http.RoundTripper = &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:       tc,
-		TLSHandshakeTimeout:   5 * time.Second,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     tc,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
 	}
 	if cfg.WrapTransport != nil {
 		rt = cfg.WrapTransport(rt)

@@ -124,19 +124,44 @@ func (s *Store) labels() map[string]string {
 	return map[string]string{LabelFleet: s.name, LabelManagedBy: "randflake"}
 }
 
-// opTimeout bounds each request made for a held claim: a third of the
-// TTL, so that one that cannot reach the server returns while the lease
-// still runs.
-func (s *Store) opTimeout() time.Duration { return s.ttl / 3 }
-
-// stepTimeout bounds a step: for a held claim, opTimeout; for a claim, a
-// whole TTL (no lease runs yet).
-func (s *Store) stepTimeout(c *storeClaim) time.Duration {
-	if c != nil {
-		return s.opTimeout()
+// The bounds of the store's requests, all set here: each attempt of a
+// step, each renewal and each undo runs under a context bounded by one of
+// them, and the store sets no other (the Client's Timeout is a backstop
+// for a caller without a deadline). When one passes, the error names what
+// was not done in time, and the bound.
+//
+//   - For a held claim (a renewal, a step recording a promise or a
+//     release, freeing the claims of a step that did not commit): a third
+//     of the TTL, so that a request lost on a dead connection is tried
+//     again, on a new one, while the claim still holds.
+//   - For a claim (no lease runs yet): a TTL per attempt of the step.
+func (s *Store) timeout(held bool) (time.Duration, string) {
+	if held {
+		return s.ttl / 3, "a third of the TTL, the bound for a held claim"
 	}
-	return s.ttl
+	return s.ttl, "the TTL, the bound of a claim"
 }
+
+// bound returns ctx bounded for what, a held claim's or not (see timeout).
+func (s *Store) bound(ctx context.Context, what string, held bool) (context.Context, context.CancelFunc) {
+	d, why := s.timeout(held)
+	return context.WithTimeoutCause(ctx, d, &slowError{what: what, d: d, why: why})
+}
+
+// slowError is the cause of a context of bound whose deadline passed: it
+// names what the API server did not finish in time. It wraps
+// context.DeadlineExceeded.
+type slowError struct {
+	what string
+	d    time.Duration
+	why  string
+}
+
+func (e *slowError) Error() string {
+	return fmt.Sprintf("kubelease: %s: not done within %v (%s)", e.what, e.d, e.why)
+}
+
+func (e *slowError) Unwrap() error { return context.DeadlineExceeded }
 
 // snapshot is what one list of the fleet's objects found.
 type snapshot struct {
@@ -245,7 +270,11 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 		}
 		// Each attempt has its own deadline: a step that waited for
 		// others' commits is not cut short for it.
-		sctx, cancel := context.WithTimeout(ctx, s.stepTimeout(c))
+		what := fmt.Sprintf("a step on the leases of %s/%s", s.ns, s.name)
+		if c != nil {
+			what = fmt.Sprintf("a step on the claim of node IDs %d-%d in %s/%s", c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns, s.name)
+		}
+		sctx, cancel := s.bound(ctx, what, c != nil)
 		res, again, err := s.attempt(sctx, c, held, all, fn)
 		cancel()
 		if !again {
@@ -516,7 +545,7 @@ func mergeLabels(have, want map[string]string) map[string]string {
 // undo frees the claims of a step that did not commit, best effort: a
 // claim left behind lapses after its TTL.
 func (s *Store) undo(claimed []*lease) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opTimeout())
+	ctx, cancel := s.bound(context.Background(), "freeing the claims of a step that did not commit", true)
 	defer cancel()
 	for _, l := range claimed {
 		free(l)
@@ -714,7 +743,7 @@ func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake
 	if c == nil {
 		return randflake.StoreIdentity{}, errors.New("kubelease: renewal without a claim")
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opTimeout())
+	ctx, cancel := s.bound(ctx, fmt.Sprintf("renewing node IDs %d-%d in %s/%s", c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns, s.name), true)
 	defer cancel()
 	var pos uint64
 	var last reply
