@@ -1,6 +1,7 @@
 package kubelease
 
 import (
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 // subtest in a namespace of its own on the shared cluster, except the two
 // that restore etcd, which get a cluster of their own.
 func TestConformance(t *testing.T) {
+	kubetest.SkipShort(t)
 	leasetest.Run(t, leasetest.Harness{
 		Layout:   randflake.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16},
 		New:      newConformanceStore,
@@ -78,7 +80,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 	leases := kubetest.LeasesPath(ns)
 	get := func(t *testing.T, name string) *lease {
 		var l lease
-		err := c.Do(testCtx(t, 20*time.Second), http.MethodGet, leases+"/"+name, nil, &l)
+		err := c.Do(testCtx(t, "reading the Lease "+name, 20*time.Second), http.MethodGet, leases+"/"+name, nil, &l)
 		if kubetest.IsNotFound(err) {
 			return nil
 		}
@@ -88,9 +90,11 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		return &l
 	}
 	// setAnnotation sets (raw != nil) or removes an annotation of the
-	// object name, creating it if need be.
+	// object name, creating it if need be: read, then written conditioned
+	// on what was read, and again on a conflict (a holder wrote the object
+	// meanwhile), as the store's own writes are.
 	setAnnotation := func(t *testing.T, name, key string, raw []byte) {
-		for try := 0; ; try++ {
+		for try := 1; ; try++ {
 			l := get(t, name)
 			if l == nil && raw == nil {
 				return
@@ -109,12 +113,16 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 			} else {
 				l.Metadata.Annotations[key] = string(raw)
 			}
-			err := c.Do(testCtx(t, 20*time.Second), method, path, l, nil)
+			err := c.Do(testCtx(t, "writing the annotation "+key+" of the Lease "+name, 20*time.Second), method, path, l, nil)
 			if err == nil {
 				return
 			}
-			if try > 20 {
-				t.Fatal(err)
+			var se *kubetest.StatusError
+			if !errors.As(err, &se) || se.Code != http.StatusConflict {
+				t.Fatalf("writing the annotation %s of the Lease %s: %v", key, name, err)
+			}
+			if try == maxSteps {
+				t.Fatalf("writing the annotation %s of the Lease %s: changed under %d writes in a row: %v", key, name, try, err)
 			}
 		}
 	}
@@ -130,20 +138,20 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		return []byte(v)
 	}
 	s.Wipe = func(t *testing.T) {
-		if err := c.DeleteLeases(testCtx(t, 20*time.Second), ns, LabelFleet+"="+conformanceFleet); err != nil {
+		if err := c.DeleteLeases(testCtx(t, "deleting the fleet's Leases", 20*time.Second), ns, LabelFleet+"="+conformanceFleet); err != nil {
 			t.Fatal(err)
 		}
 	}
 	s.WipeKeepMarker = func(t *testing.T) {
 		var ll leaseList
-		if err := c.Do(testCtx(t, 20*time.Second), http.MethodGet, leases+"?labelSelector="+LabelFleet+"%3D"+conformanceFleet, nil, &ll); err != nil {
+		if err := c.Do(testCtx(t, "listing the fleet's Leases", 20*time.Second), http.MethodGet, leases+"?labelSelector="+LabelFleet+"%3D"+conformanceFleet, nil, &ll); err != nil {
 			t.Fatal(err)
 		}
 		for _, l := range ll.Items {
 			if l.Metadata.Name == conformanceFleet {
 				continue
 			}
-			if err := c.Do(testCtx(t, 20*time.Second), http.MethodDelete, leases+"/"+l.Metadata.Name, nil, nil); err != nil && !kubetest.IsNotFound(err) {
+			if err := c.Do(testCtx(t, "deleting the Lease "+l.Metadata.Name, 20*time.Second), http.MethodDelete, leases+"/"+l.Metadata.Name, nil, nil); err != nil && !kubetest.IsNotFound(err) {
 				t.Fatal(err)
 			}
 		}
@@ -162,11 +170,11 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		// sees the resource versions go back.
 		snapshot := func(t *testing.T) func(*testing.T) {
 			path := filepath.Join(t.TempDir(), "snapshot.db")
-			if err := c.Snapshot(testCtx(t, 30*time.Second), path); err != nil {
+			if err := c.Snapshot(testCtx(t, "saving an etcd snapshot", 30*time.Second), path); err != nil {
 				t.Fatal(err)
 			}
 			return func(t *testing.T) {
-				if err := c.Restore(testCtx(t, 120*time.Second), path); err != nil {
+				if err := c.Restore(testCtx(t, "restoring etcd from its snapshot", 30*time.Second), path); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -40,7 +40,7 @@ func TestInCluster(t *testing.T) {
 		t.Errorf("namespace %q, want %q from the service account", cli.Namespace(), ns)
 	}
 	cfg := Config{Client: cli, Secret: testSecret, Nodes: 16, LastNode: 127, TTL: testTTL, MaxClockSkew: testSkew}
-	if _, err := NewLeased(testCtx(t, 30*time.Second), testSecret, cfg); !errors.Is(err, ErrForbidden) {
+	if _, err := NewLeased(testCtx(t, "a claim without the Role", 30*time.Second), testSecret, cfg); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("with the token of a user without the Role: %v, want ErrForbidden", err)
 	}
 	// The kubelet rotates the token: the next read, a minute on, takes
@@ -65,7 +65,7 @@ func TestKubeconfigUsers(t *testing.T) {
 	t.Parallel()
 	c := kubetest.Shared(t)
 	ns := c.Namespace(t, "kubeconfig")
-	if err := c.Grant(testCtx(t, 20*time.Second), ns, "cert-user", "get", "list", "create", "update", "delete"); err != nil {
+	if err := c.Grant(testCtx(t, "granting cert-user the lease verbs", 20*time.Second), ns, "cert-user", "get", "list", "create", "update", "delete"); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

@@ -77,8 +77,12 @@ func newLeased(t testing.TB, cfg Config) *randflake.Leased {
 	return leasetest.NewLeased(t, func(ctx context.Context) (*randflake.Leased, error) { return NewLeased(ctx, testSecret, cfg) })
 }
 
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+// testCtx returns a context for what, a step of t on the API server,
+// bounded by d on idle cores stretched by the measured slowdown, cancelled
+// when t ends; once it expires, a request made with it fails naming what
+// and the bound (see kubetest.ContextFor). Every wait of these tests on
+// the API server takes its bound from here or from leasetest's waits,
+// which stretch theirs the same way.
+func testCtx(t testing.TB, what string, d time.Duration) context.Context {
+	return kubetest.ContextFor(t, what, d)
 }
