@@ -200,14 +200,38 @@ func TestContextHonoured(t *testing.T) {
 		t.Parallel()
 		h := failWith(http.StatusInternalServerError, "generate", "boom")
 		c := newClient(t, Config{URL: serve(t, h), BatchSize: 10, InitialBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second})
+		failOnce(t, c)
 		check(t, c, "500")
 	})
 	t.Run("Retry-After", func(t *testing.T) {
 		t.Parallel()
 		h := failWith(http.StatusServiceUnavailable, "exhausted", "busy", "Retry-After", "5")
 		c := newClient(t, Config{URL: serve(t, h), BatchSize: 10, InitialBackoff: time.Millisecond})
+		failOnce(t, c)
 		check(t, c, "exhausted")
 	})
+}
+
+// failOnce has c make one fetch, in the background, and waits until it
+// has failed: the next fetch then waits for the backoff or Retry-After,
+// whatever the time the failed one took. (Had Next made it, a first
+// answer slower than Next's deadline would have left no fetch error to
+// report.)
+func failOnce(t *testing.T, c *Client) {
+	t.Helper()
+	c.Prefetch()
+	slow := slowdown.Start()
+	for start := time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		c.mu.Lock()
+		failed := c.lastErr != nil
+		c.mu.Unlock()
+		if failed {
+			return
+		}
+		if limit := slow.Stretch(5 * time.Second); time.Since(start) > limit {
+			t.Fatalf("the prefetch had not failed after %v (%s)", limit, slow)
+		}
+	}
 }
 
 func TestRetryAfterHonoured(t *testing.T) {
