@@ -23,6 +23,8 @@ func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs generators under load for seconds")
 	}
+	// Its directories are its own; it waits alongside the other tests.
+	t.Parallel()
 	leasetest.Run(t, leasetest.Harness{
 		Layout: randflake.BlockLayout{FirstNode: 0, LastNode: 8*BlockSize - 1, Size: BlockSize},
 		Blocks: 1,

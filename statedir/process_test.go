@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // The tests below run generators in real processes: the test binary runs
@@ -44,7 +45,7 @@ func TestHelperProcess(t *testing.T) {
 	// spec: dir, last node, run time ("kill": until killed), output file.
 	f := strings.Split(spec, "|")
 	last, _ := strconv.ParseInt(f[1], 10, 64)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(20*time.Second))
 	defer cancel()
 	g, err := NewLeased(ctx, f[0], Options{Nodes: 64, LastNode: last, Horizon: 2 * time.Second, Shards: 2})
 	if err != nil {
@@ -146,12 +147,18 @@ func startHelper(t *testing.T, dir string, last int64, run string) *helper {
 // waitLease waits for the helper's lease.
 func (h *helper) waitLease(t *testing.T) randflake.Lease {
 	t.Helper()
-	select {
-	case l := <-h.lease:
-		return l
-	case <-time.After(20 * time.Second):
-		t.Fatal("no lease from the helper process")
-		return randflake.Lease{}
+	// The helper waits out at most its 2 s horizon and a second; the
+	// bound only ends a wait for one that never comes.
+	slow := slowdown.Start()
+	for start := time.Now(); ; {
+		select {
+		case l := <-h.lease:
+			return l
+		case <-time.After(100 * time.Millisecond):
+		}
+		if limit := slow.Stretch(20 * time.Second); time.Since(start) > limit {
+			t.Fatalf("no lease from the helper process within %v (%s)", limit, slow)
+		}
 	}
 }
 
@@ -267,12 +274,13 @@ func TestProcessKilledTakeover(t *testing.T) {
 
 	first := startHelper(t, dir, 63, "kill")
 	l1 := first.waitLease(t)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	slow := slowdown.Start()
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		if fi, err := os.Stat(first.out); err == nil && fi.Size() >= 64*8*20 {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first process issued no IDs")
+		if limit := slow.Stretch(10 * time.Second); time.Since(start) > limit {
+			t.Fatalf("the first process issued no IDs within %v (%s)", limit, slow)
 		}
 	}
 

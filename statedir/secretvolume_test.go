@@ -570,6 +570,8 @@ func TestSecretVolumeAsPodUser(t *testing.T) {
 		return
 	}
 	needRoot(t)
+	// Its volumes and its copy of the test binary are its own.
+	t.Parallel()
 	const pod = 65532
 	dir, err := os.MkdirTemp("", "statedir-pod")
 	if err != nil {
