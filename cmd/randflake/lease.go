@@ -14,27 +14,29 @@ import (
 	"github.com/randflake/randflake/statedir"
 )
 
-const leaseUsage = `lease reset-history [--node-source SOURCE] [flags]
+const leaseUsage = `lease status|reset-history [--node-source SOURCE] [flags]
 
-Operations on the store of the node-ID leases. See randflake lease
-reset-history --help.`
+Operations on the store of the node-ID leases: status shows it (read
+only), reset-history marks its history unknown. See randflake lease
+status --help and randflake lease reset-history --help.`
 
 // leaseCmd is randflake lease: it runs one of its subcommands.
 type leaseCmd struct{ noFlags }
 
 func (c *leaseCmd) subcommands() []command {
 	return []command{
+		{"status", "show the fleet marker, every block's holder and record, and the clocks (read only)", leaseStatusUsage, func() subcommand { return new(leaseStatusCmd) }},
 		{"reset-history", "mark every block's history unknown after an undetectable restore", leaseResetUsage, func() subcommand { return new(leaseResetCmd) }},
 	}
 }
 
 func (c *leaseCmd) run(e *env, args []string) error {
 	if len(args) == 0 {
-		return usagef("reset-history expected")
+		return usagef("status or reset-history expected")
 	}
 	sub, ok := lookup(c.subcommands(), args[0])
 	if !ok {
-		return usagef("unknown lease command %q (reset-history)", args[0])
+		return usagef("unknown lease command %q (status, reset-history)", args[0])
 	}
 	return sub.exec(e, "lease "+sub.name, args[1:])
 }

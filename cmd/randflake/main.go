@@ -9,7 +9,7 @@
 //	randflake bench
 //	randflake serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS]
 //	randflake load --url URL
-//	randflake lease reset-history [--node-source SOURCE]
+//	randflake lease status|reset-history [--node-source SOURCE]
 //	randflake completion bash|zsh
 //	randflake version
 //	randflake help [COMMAND]
@@ -97,7 +97,7 @@ func commands() []command {
 		{"bench", "measure the cipher kernels and generators on this CPU", benchUsage, func() subcommand { return new(benchCmd) }},
 		{"serve", "serve IDs over HTTP", serveUsage, func() subcommand { return new(serveCmd) }},
 		{"load", "load-test a running `randflake serve`", loadUsage, func() subcommand { return new(loadCmd) }},
-		{"lease", "the node-ID leases' store: reset-history", leaseUsage, func() subcommand { return new(leaseCmd) }},
+		{"lease", "the node-ID leases' store: status, reset-history", leaseUsage, func() subcommand { return new(leaseCmd) }},
 		{"completion", "shell completion script: bash or zsh", completionUsage, func() subcommand { return new(completionCmd) }},
 		{"version", "version, revision, Go version and kernel", versionUsage, func() subcommand { return new(versionCmd) }},
 		{"help", "help on a command", helpUsage, func() subcommand { return new(helpCmd) }},
