@@ -22,10 +22,13 @@ type BlockSourceConfig struct {
 	// Blocks is the number of consecutive blocks a claim takes, aligned
 	// to it (0: 1).
 	Blocks int64
-	// Horizon is the longest promise any holder of the fleet may have
-	// recorded. Unknown history is waited out for the longest of it, the
-	// store's Promise and the marker's horizon, plus the store's
-	// MaxClockSkew (0: the store's Promise).
+	// Horizon is the fleet's bound on promises: the longest promise any
+	// holder of the fleet may record, the same for every member, known
+	// without reading the store (rule 13 of docs/leases.md). A store
+	// whose Promise is longer is refused. Unknown history is waited out
+	// for the longer of it and the marker's horizon, plus the store's
+	// MaxClockSkew (0: the store's Promise, which a store module sets to
+	// its fleet default instead).
 	Horizon time.Duration
 	// Now, if set, is the clock of every decision (tests offset it).
 	Now func() time.Time
@@ -111,6 +114,12 @@ func NewBlockSource(store BlockStore, cfg BlockSourceConfig) (*BlockSource, erro
 	}
 	if cfg.Horizon < 0 {
 		return nil, errors.New("randflake: negative horizon")
+	}
+	if cfg.Horizon > 0 && s.info.Promise > cfg.Horizon {
+		// Rule 13: after a wipe every member waits the horizon only; a
+		// longer promise could still be running then.
+		return nil, fmt.Errorf("randflake: %s: this process would promise %v ahead, beyond the fleet's horizon of %v: after a wipe of the store the other members wait only the horizon, so its node IDs could be used twice; raise the horizon on every member first (or shorten this one's TTL)",
+			s.info.Name, s.info.Promise, cfg.Horizon)
 	}
 	s.wait = ceilSeconds(max(cfg.Horizon, s.info.Promise) + s.info.MaxClockSkew)
 	return s, nil

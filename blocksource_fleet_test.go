@@ -193,3 +193,22 @@ func TestBlockSourceFastClockCapped(t *testing.T) {
 		}
 	}
 }
+
+// A store that would promise beyond the fleet's horizon is refused, with
+// both values named (rule 13): after a wipe the others wait only the
+// horizon.
+func TestBlockSourcePromiseBeyondHorizon(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	h, err := b.Open(leasetest.MemOptions{TTL: 2 * time.Second, Promise: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 2 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "promise 3s ahead, beyond the fleet's horizon of 2s") {
+		t.Errorf("a promise of 3s under a horizon of 2s: %v, want it refused naming both", err)
+	}
+	if _, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 3 * time.Second}); err != nil {
+		t.Errorf("a promise of 3s under a horizon of 3s: %v", err)
+	}
+}
