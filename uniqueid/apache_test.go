@@ -21,6 +21,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/leasetest"
 )
 
 // The interoperability test runs the real Apache httpd, as packaged by
@@ -110,15 +113,6 @@ func unprivilegedUser(t *testing.T) string {
 	return ""
 }
 
-func freeLoopbackPort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // httpdServer is a running httpd.
 type httpdServer struct {
 	dir, pidFile, accessLog, errorLog string
@@ -129,10 +123,27 @@ type httpdServer struct {
 	output                            bytes.Buffer
 }
 
+// startHTTPD starts httpd on a free loopback port, and on another while
+// the port it was given turns out taken by another program.
 func startHTTPD(t *testing.T, a apacheInstall) *httpdServer {
 	t.Helper()
+	var s *httpdServer
+	err := leasetest.StartOnFreePorts("httpd", 1, func(ports []int) error {
+		var err error
+		s, err = tryHTTPD(t, a, ports[0])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// tryHTTPD starts httpd on port and waits until it serves; an error wraps
+// leasetest.ErrPortTaken if httpd could not bind the port.
+func tryHTTPD(t *testing.T, a apacheInstall, port int) (*httpdServer, error) {
+	t.Helper()
 	dir := t.TempDir()
-	port := freeLoopbackPort(t)
 	s := &httpdServer{
 		dir:       dir,
 		pidFile:   filepath.Join(dir, "httpd.pid"),
@@ -182,7 +193,7 @@ Redirect 204 /
 	s.cmd.Stdout, s.cmd.Stderr = &s.output, &s.output
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("starting httpd: %v", err)
+		return nil, fmt.Errorf("starting httpd: %w", err)
 	}
 	go func() {
 		s.waitErr = s.cmd.Wait()
@@ -190,11 +201,17 @@ Redirect 204 /
 	}()
 	t.Cleanup(func() { s.stop(t) })
 
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	// Ready within 20 s on idle cores; the bound is stretched by how
+	// slowly this process runs meanwhile.
+	slow := slowdown.Start()
+	for start := time.Now(); ; {
 		select {
 		case <-s.done:
-			t.Fatalf("httpd exited during startup: %v\n%s\n%s", s.waitErr, s.output.String(), s.readErrorLog())
+			out, log := s.output.String(), s.readErrorLog()
+			if strings.Contains(out+log, "Address already in use") {
+				return nil, fmt.Errorf("httpd on port %d: %w:\n%s\n%s", port, leasetest.ErrPortTaken, out, log)
+			}
+			return nil, fmt.Errorf("httpd exited during startup: %v\n%s\n%s", s.waitErr, out, log)
 		default:
 		}
 		_, perr := os.Stat(s.pidFile)
@@ -202,11 +219,11 @@ Redirect 204 /
 		if derr == nil {
 			c.Close()
 			if perr == nil {
-				return s
+				return s, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("httpd not ready after 20s (pid file: %v, dial: %v)\n%s", perr, derr, s.readErrorLog())
+		if limit := slow.Stretch(20 * time.Second); time.Since(start) > limit {
+			return nil, fmt.Errorf("httpd not ready after %v (pid file: %v, dial: %v; %s)\n%s", limit, perr, derr, slow, s.readErrorLog())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -238,13 +255,19 @@ func (s *httpdServer) stop(t *testing.T) {
 			t.Errorf("SIGTERM to httpd %d: %v", pid, err)
 		}
 	}
-	select {
-	case <-s.done:
-		return
-	case <-time.After(20 * time.Second):
-		t.Errorf("httpd did not exit within 20s of SIGTERM; killing its process group")
-		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.done
+	slow := slowdown.Start()
+	for start := time.Now(); ; {
+		select {
+		case <-s.done:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if limit := slow.Stretch(20 * time.Second); time.Since(start) > limit {
+			t.Errorf("httpd did not exit within %v of SIGTERM (%s); killing its process group", limit, slow)
+			syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+			<-s.done
+			return
+		}
 	}
 }
 
@@ -360,6 +383,9 @@ func currentForm(s string) error {
 }
 
 func TestApacheInterop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Apache httpd: not in -short")
+	}
 	a := findApache(t)
 	ver, _ := exec.Command(a.bin, "-v").Output()
 	t.Logf("using %s: %s", a.bin, strings.SplitN(string(ver), "\n", 2)[0])
