@@ -88,6 +88,7 @@ type serveCmd struct {
 	opsListen     string
 	maxCount      int
 	maxBinary     int
+	maxInflight   int64
 	tokenFile     string
 	tlsCert       string
 	tlsKey        string
@@ -107,6 +108,7 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to listen on")
 	fs.IntVar(&c.maxCount, "max-count", 10000, "largest count a request may ask for")
 	fs.IntVar(&c.maxBinary, "max-binary-count", server.DefaultMaxBinaryCount, "largest count a request for binary IDs (Accept: application/octet-stream, 8 bytes per ID) may ask for")
+	fs.Int64Var(&c.maxInflight, "max-inflight-bytes", server.DefaultMaxInflightBytes, "bytes the answers in flight may hold in all (one client: an eighth); a request past it waits briefly, then gets 503 busy")
 	fs.StringVar(&c.tokenFile, "inspect-token-file", "", "file holding the bearer token (16 characters or more) that enables GET /v1/ids/{id}")
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key-file")
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM private key of --tls-cert-file (a private file: mode 600)")
@@ -188,6 +190,9 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 	if c.maxBinary < 1 {
 		return nil, usagef("--max-binary-count must be positive")
 	}
+	if c.maxInflight < 1<<20 {
+		return nil, usagef("--max-inflight-bytes must be at least 1048576 (1 MiB): a smaller budget could not hold the answers of a few clients at once")
+	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return nil, usagef("--tls-cert-file and --tls-key-file go together: give both, or neither")
 	}
@@ -231,7 +236,7 @@ func (c *serveCmd) config(e *env) (*serveConfig, error) {
 		tlsKey:      c.tlsKey,
 		tlsClientCA: c.tlsClientCA,
 		issueTokens: c.issueTokens,
-		server: server.Config{MaxCount: c.maxCount, MaxBinaryCount: c.maxBinary, Logger: log,
+		server: server.Config{MaxCount: c.maxCount, MaxBinaryCount: c.maxBinary, MaxInflightBytes: c.maxInflight, Logger: log,
 			ClientRate: c.clientRate, ClientBurst: c.clientBurst, SeparateOps: c.opsListen != ""},
 		http:  newHTTP(),
 		grace: c.grace,

@@ -21,7 +21,9 @@ import (
 // after them. Content-Length is 8 × count. The answer is written in chunks
 // of binaryChunk IDs, each generated into a pooled buffer and written with
 // one Write, so that a request holds at most one chunk (512 KiB) whatever
-// its count. Once IDs are reserved for an answer, a second whose sequence
+// its count; a smaller answer holds a buffer sized to it (the power of two
+// at or above its count: 8 bytes for count=1), and every answer reserves
+// its buffer in the budget of answers in flight first (inflight.go). Once IDs are reserved for an answer, a second whose sequence
 // numbers run out (or a clock just behind the IDs issued) is waited out,
 // at most twice, instead of failing: the answer goes on with the next
 // second's IDs.
@@ -36,11 +38,26 @@ const DefaultMaxBinaryCount = 1 << 20
 // binaryChunk is the number of IDs generated and written at a time.
 const binaryChunk = 64 << 10
 
-// chunks holds *[]int64 of binaryChunk IDs.
-var chunks = sync.Pool{New: func() any {
-	b := make([]int64, binaryChunk)
-	return &b
-}}
+// chunkClasses is the number of buffer sizes: 1, 2, 4, … binaryChunk IDs.
+const chunkClasses = 17 // bits.Len(binaryChunk)
+
+// chunks holds *[]int64 buffers by size: chunks[k] those of 1<<k IDs.
+var chunks [chunkClasses]sync.Pool
+
+func init() {
+	for k := range chunks {
+		chunks[k].New = func() any {
+			b := make([]int64, 1<<k)
+			return &b
+		}
+	}
+}
+
+// chunkClass returns the class of the buffer for an answer of count IDs:
+// the smallest that holds min(count, binaryChunk).
+func chunkClass(count int) int {
+	return bits.Len(uint(min(count, binaryChunk) - 1))
+}
 
 // littleEndian reports whether this machine stores integers little end
 // first, in which case the IDs are swapped before they are written.
@@ -110,11 +127,30 @@ func (s *Server) binaryIDs(w *recorder, r *http.Request, c caller) {
 	if !ok {
 		return
 	}
-	bp := chunks.Get().(*[]int64)
-	defer chunks.Put(bp)
+	class := chunkClass(q.count)
+	release, ok := s.reserve(w, r, c, 8<<class)
+	if !ok {
+		s.refund(charged, q.count)
+		return
+	}
+	defer release()
+	bp := chunks[class].Get().(*[]int64)
+	defer chunks[class].Put(bp)
 	buf := *bp
 	left, waits := q.count, 0
 	for sent := 0; left > 0; sent++ {
+		if r.Context().Err() != nil {
+			// The client went away (an HTTP/2 stream reset, a closed
+			// connection): no more IDs for nobody. Those already sent
+			// stay issued and counted; none are if nothing was.
+			if sent == 0 {
+				s.refund(charged, q.count)
+				w.kind = kindGone
+			} else {
+				w.abort = true // never a complete-looking short body
+			}
+			return
+		}
 		chunk := buf[:min(left, len(buf))]
 		for filled := 0; filled < len(chunk); {
 			n, err := s.cfg.Generator.GenerateBatch(chunk[filled:])

@@ -215,11 +215,7 @@ func (s *Server) admit(w *recorder, r *http.Request, c caller, count int) (*buck
 		s.fail(w, http.StatusBadRequest, KindBadRequest, "count must be at most "+strconv.FormatInt(s.cfg.ClientBurst, 10)+", a client's burst")
 		return nil, false
 	}
-	key := "name:" + c.name
-	if c.name == "" {
-		key = "addr:" + addressKey(r.RemoteAddr)
-	}
-	b, wait := s.limit.take(key, count)
+	b, wait := s.limit.take(shareKey(r, c), count)
 	if b != nil {
 		return b, true
 	}

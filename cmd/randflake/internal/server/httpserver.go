@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // MaxHeaderBytes is the limit on request heads that Configure gives
@@ -22,11 +26,154 @@ import (
 //     was reached), ends the connection with an error (GOAWAY) instead.
 const MaxHeaderBytes = 16 << 10
 
-// Configure makes hs serve s: it sets hs.Handler and hs.MaxHeaderBytes.
+// MaxConcurrentStreams is the number of HTTP/2 streams a connection may
+// have open at once (SETTINGS_MAX_CONCURRENT_STREAMS), which Configure
+// gives net/http: 100, the least RFC 9113 advises and what net/http
+// guarantees at least, rather than its default of 250. net/http refuses
+// the streams above it, queues at most four times as many whose handlers
+// have not started, and ends with GOAWAY ENHANCE_YOUR_CALM a connection
+// that resets more streams than that before their handlers start.
+const MaxConcurrentStreams = 100
+
+// WriteByteTimeout is how long an HTTP/2 connection may take no bytes at
+// all while the server has some to write before it is closed
+// (http.HTTP2Config.WriteByteTimeout): a peer that stopped reading its
+// socket. A stream held with a zero flow-control window is cut by the
+// server's WriteTimeout instead.
+const WriteByteTimeout = 10 * time.Second
+
+// Configure makes hs serve s: it sets hs.Handler, hs.MaxHeaderBytes and
+// the HTTP/2 limits (hs.HTTP2: MaxConcurrentStreams, WriteByteTimeout,
+// the CountError metric), and watches each connection (hs.ConnContext,
+// hs.ConnState, keeping functions already set):
+//
+//   - a connection that has not sent a complete request head within
+//     hs.ReadHeaderTimeout of being accepted (TLS handshake included) is
+//     closed, over HTTP/2 as over HTTP/1.1: net/http itself gives HTTP/2
+//     a fixed 10 s for its preface, then its idle timeout, and never
+//     applies ReadHeaderTimeout to it. Later on, hs.IdleTimeout closes an
+//     HTTP/2 connection without open streams, as it does an idle
+//     HTTP/1.1 one;
+//   - a connection whose client cancels (HTTP/2: resets) more than
+//     maxCancelled requests before their answers are complete, and more
+//     than it lets complete, is closed: a rapid reset costs the attacker
+//     its connection (and a new TLS handshake), not the honest clients
+//     their CPU.
+//
 // Serve hs with hs.Serve, or with hs.ServeTLS for HTTPS and HTTP/2.
 func (s *Server) Configure(hs *http.Server) {
 	hs.Handler = s
 	hs.MaxHeaderBytes = MaxHeaderBytes
+	if hs.HTTP2 == nil {
+		hs.HTTP2 = &http.HTTP2Config{}
+	}
+	hs.HTTP2.MaxConcurrentStreams = MaxConcurrentStreams
+	hs.HTTP2.WriteByteTimeout = WriteByteTimeout
+	hs.HTTP2.CountError = func(errType string) { s.http2Errors.WithLabelValues(errType).Inc() }
+	s.watchConns(hs)
+}
+
+// maxCancelled is the number of cancelled requests a connection is
+// allowed before its cancellations may close it (see Configure).
+const maxCancelled = 100
+
+// connWatch is what is known of one connection.
+type connWatch struct {
+	conn      net.Conn
+	timer     *time.Timer // closes conn without a first request; nil without a header timeout
+	started   atomic.Bool // a first request reached the handler
+	closing   atomic.Bool // closed by the watch
+	cancelled atomic.Int64
+	completed atomic.Int64
+}
+
+// connKey is the context key of a request's *connWatch.
+type connKey struct{}
+
+// watchConns sets the connection hooks of hs (see Configure).
+func (s *Server) watchConns(hs *http.Server) {
+	var conns sync.Map // net.Conn → *connWatch
+	timeout := hs.ReadHeaderTimeout
+	if timeout <= 0 {
+		timeout = hs.ReadTimeout
+	}
+	prevContext, prevState := hs.ConnContext, hs.ConnState
+	hs.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prevContext != nil {
+			ctx = prevContext(ctx, c)
+		}
+		cw := &connWatch{conn: c}
+		if timeout > 0 {
+			cw.timer = time.AfterFunc(timeout, func() {
+				if !cw.started.Load() {
+					s.closeConn(cw, closedNoRequest)
+				}
+			})
+		}
+		conns.Store(c, cw)
+		return context.WithValue(ctx, connKey{}, cw)
+	}
+	hs.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateClosed || st == http.StateHijacked {
+			if v, ok := conns.LoadAndDelete(c); ok {
+				if t := v.(*connWatch).timer; t != nil {
+					t.Stop()
+				}
+			}
+		}
+		if prevState != nil {
+			prevState(c, st)
+		}
+	}
+}
+
+// Reasons for closing a connection, the "reason" label of
+// randflake_connections_closed_total.
+const (
+	closedNoRequest = "no_request" // no complete request head within the header timeout
+	closedCancelled = "cancelled"  // too many requests cancelled (HTTP/2 resets)
+)
+
+// closeConn closes cw's connection once, and counts and logs why.
+func (s *Server) closeConn(cw *connWatch, reason string) {
+	if !cw.closing.CompareAndSwap(false, true) {
+		return
+	}
+	cw.conn.Close()
+	s.connsClosed.WithLabelValues(reason).Inc()
+	if n, ok := s.limited.allow("close: "+reason, time.Now()); ok {
+		attrs := []any{"reason", reason, "remote", cw.conn.RemoteAddr().String()}
+		if reason == closedCancelled {
+			attrs = append(attrs, "cancelled", cw.cancelled.Load(), "completed", cw.completed.Load())
+		}
+		if n > 0 {
+			attrs = append(attrs, "left_out", n)
+		}
+		s.log.Warn("connection closed", attrs...)
+	}
+}
+
+// requestStarted notes that a request of cw's connection reached the
+// handler: the connection is no longer at risk of its first-request
+// timer.
+func (cw *connWatch) requestStarted() {
+	if cw.started.CompareAndSwap(false, true) && cw.timer != nil {
+		cw.timer.Stop()
+	}
+}
+
+// requestEnded notes how a request of cw's connection ended: cancelled
+// (its context ended before the handler returned: a reset stream, a
+// client gone, a stream timed out) or not, and closes a connection with
+// too many cancellations.
+func (s *Server) requestEnded(cw *connWatch, cancelled bool) {
+	if !cancelled {
+		cw.completed.Add(1)
+		return
+	}
+	if n := cw.cancelled.Add(1); n > maxCancelled && n > cw.completed.Load() {
+		s.closeConn(cw, closedCancelled)
+	}
 }
 
 // Serve serves s on ln with hs (see Configure), in plain text. It returns

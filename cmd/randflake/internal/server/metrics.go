@@ -37,7 +37,7 @@ func routeOf(path string) string {
 
 // kinds are the error kinds, the values of randflake_errors_total's
 // "kind" label.
-var kinds = []string{KindBadRequest, KindUnauthorized, KindNotFound, KindMethodNotAllowed, KindQuota,
+var kinds = []string{KindBadRequest, KindUnauthorized, KindNotFound, KindMethodNotAllowed, KindQuota, KindBusy,
 	KindExhausted, KindClock, KindLease, KindUnavailable, KindNotReady, KindInternal}
 
 // opsMetrics are the service's operational metrics beyond the counts of

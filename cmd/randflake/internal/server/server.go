@@ -26,6 +26,10 @@
 //	                            header lists those it does); HEAD on /v1/ids
 //	quota               429     the client's share (ClientRate) has not
 //	                            count IDs left now (Retry-After: seconds)
+//	busy                503     answers in flight hold the memory budget
+//	                            (MaxInflightBytes; inflight.go), or the
+//	                            client's share of it, past a short wait
+//	                            (Retry-After: 1)
 //	exhausted           503     this second's sequence numbers are used up
 //	                            (Retry-After: 1)
 //	clock               503     the clock reads earlier than IDs already
@@ -72,6 +76,7 @@ const (
 	KindNotFound         = "not_found"          // 404: no such path, or inspection disabled
 	KindMethodNotAllowed = "method_not_allowed" // 405: the path does not take the method
 	KindQuota            = "quota"              // 429: over the client's share of IDs
+	KindBusy             = "busy"               // 503: answers in flight hold the memory budget
 	KindExhausted        = "exhausted"          // 503: this second's sequence numbers are used up
 	KindClock            = "clock"              // 503: the clock is behind IDs already issued
 	KindLease            = "lease"              // 503: no valid node-ID lease
@@ -99,6 +104,11 @@ type Config struct {
 	// MaxBinaryCount bounds the count parameter of binary answers
 	// (Accept: application/octet-stream; default DefaultMaxBinaryCount).
 	MaxBinaryCount int
+	// MaxInflightBytes bounds the bytes held by answers to GET /v1/ids
+	// in flight, server-wide (default DefaultMaxInflightBytes; see
+	// inflight.go). A request past it waits briefly, then is answered
+	// 503, kind busy.
+	MaxInflightBytes int64
 	// InspectToken enables GET /v1/ids/{id} for requests that carry it as
 	// a bearer token. Empty disables inspection (404).
 	InspectToken string
@@ -152,6 +162,10 @@ type Server struct {
 	clients *clients
 	tokens  atomic.Pointer[IssueTokens]
 	limit   *limiter // nil without ClientRate
+	budget  *inflight
+
+	http2Errors *prometheus.CounterVec // by net/http's error type
+	connsClosed *prometheus.CounterVec // by reason
 }
 
 // New returns a server for cfg.
@@ -164,6 +178,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxCount < 1 || cfg.MaxBinaryCount < 0 {
 		return nil, errors.New("server: MaxCount and MaxBinaryCount must be positive")
+	}
+	if cfg.MaxInflightBytes < 0 {
+		return nil, errors.New("server: MaxInflightBytes must be positive")
 	}
 	if cfg.ClientRate < 0 || cfg.ClientBurst < 0 || cfg.ClientBurst > 0 && cfg.ClientRate == 0 {
 		return nil, errors.New("server: ClientRate and ClientBurst must be positive, and ClientBurst needs ClientRate")
@@ -182,6 +199,7 @@ func New(cfg Config) (*Server, error) {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s.tokens.Store(cfg.IssueTokens)
+	s.budget = newInflight(s.maxInflightBytes())
 	if cfg.ClientRate > 0 {
 		s.limit = newLimiter(cfg.ClientRate, cfg.ClientBurst, cfg.Now)
 	}
@@ -211,6 +229,9 @@ func New(cfg Config) (*Server, error) {
 	if err := s.registerOps(); err != nil {
 		return nil, err
 	}
+	if err := s.registerInflight(); err != nil {
+		return nil, err
+	}
 	var err error
 	if s.clients, err = newClients(cfg.Registry); err != nil {
 		return nil, err
@@ -231,7 +252,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route func(*recor
 	rec := recorders.Get().(*recorder)
 	*rec = recorder{ResponseWriter: w}
 	start := time.Now() // for http_request_duration_seconds and the access log
+	cw, _ := r.Context().Value(connKey{}).(*connWatch)
+	if cw != nil {
+		cw.requestStarted()
+	}
 	route(rec, r)
+	if cw != nil {
+		s.requestEnded(cw, r.Context().Err() != nil)
+	}
 	d := time.Since(start)
 	s.observe(r.URL.Path, rec.status, d)
 	if s.cfg.AccessLog != nil {
@@ -442,7 +470,26 @@ func (s *Server) ids(w *recorder, r *http.Request) {
 	if !ok {
 		return
 	}
-	// Up to smallBatch IDs, both buffers are reused: no allocation.
+	// The buffers, reserved in the budget first (inflight.go): up to
+	// smallBatch IDs, both are reused (no allocation), and reserved as
+	// large as they are.
+	size := int64(scratchBytes)
+	if q.count > smallBatch {
+		size = textBytes(q.count)
+	}
+	release, ok := s.reserve(w, r, c, size)
+	if !ok {
+		s.refund(charged, q.count)
+		return
+	}
+	defer release()
+	if r.Context().Err() != nil {
+		// The client went away (an HTTP/2 stream reset) while the
+		// request waited: no IDs for nobody.
+		s.refund(charged, q.count)
+		w.kind = kindGone
+		return
+	}
 	var ids []int64
 	var buf []byte
 	if q.count <= smallBatch {
@@ -499,6 +546,18 @@ type scratch struct {
 	ids [smallBatch]int64
 	buf []byte
 }
+
+// textBytes is the size of the buffers of a JSON or text answer of count
+// IDs: the IDs, and room for their longest encoding.
+func textBytes(count int) int64 { return int64(count)*8 + 16 + int64(count)*23 }
+
+// scratchBytes is the size of a scratch's buffers.
+const scratchBytes = smallBatch*8 + 16 + smallBatch*23
+
+// kindGone is the access log's kind of a request whose client went away
+// before its answer was made (no IDs were issued); it is not an error
+// kind and is not counted in randflake_errors_total.
+const kindGone = "client_gone"
 
 // scratches holds *scratch for reuse: no allocation for small answers.
 var scratches = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 16+smallBatch*23)} }}
