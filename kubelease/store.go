@@ -67,6 +67,63 @@ type Store struct {
 type storeClaim struct {
 	identity string  // the holderIdentity of its objects
 	blocks   []int64 // first node IDs
+
+	mu sync.Mutex
+	// renewed is this store's clock when it last wrote the claim to all
+	// its blocks' objects, no later than any renewTime then written: the
+	// claim holds until renewed plus the TTL on every clock within the
+	// clock bound.
+	renewed time.Time
+	// known holds its blocks' objects as this store last wrote them, by
+	// first node ID: a renewal updates them without reading them first.
+	known map[int64]*lease
+}
+
+// renewedAt returns when the claim was last written to all its blocks.
+func (c *storeClaim) renewedAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.renewed
+}
+
+// wrote notes the claim's objects as this store wrote them: l, block
+// f's (nil: not known any more, read it first next time), and, if
+// renewed is not zero, the time before the claim was written to all of
+// them.
+func (c *storeClaim) wrote(f int64, l *lease, renewed time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.known == nil {
+		c.known = map[int64]*lease{}
+	}
+	if l != nil && l.holder() == c.identity {
+		c.known[f] = l
+	} else {
+		delete(c.known, f)
+	}
+	if !renewed.IsZero() {
+		c.renewed = renewed
+	}
+}
+
+// renewedAll notes that the claim was written to all its blocks' objects
+// since t.
+func (c *storeClaim) renewedAll(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.renewed = t
+}
+
+// knownObject returns block f's object as this store last wrote it, nil
+// if not known.
+func (c *storeClaim) knownObject(f int64) *lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.known[f]; l != nil {
+		cp := *l
+		return &cp
+	}
+	return nil
 }
 
 // pending is a committed step not yet written to the blocks' objects.
@@ -130,22 +187,36 @@ func (s *Store) labels() map[string]string {
 // for a caller without a deadline). When one passes, the error names what
 // was not done in time, and the bound.
 //
-//   - For a held claim (a renewal, a step recording a promise or a
-//     release, freeing the claims of a step that did not commit): a third
-//     of the TTL, so that a request lost on a dead connection is tried
-//     again, on a new one, while the claim still holds.
+//   - For a held claim (a renewal, each attempt of a step recording a
+//     promise or a release): until the claim could lapse on another
+//     holder's clock (its last renewal plus the TTL, less twice the clock
+//     allowance), the time in which a slow API server's answer still
+//     keeps it; and at least a third of the TTL, for an attempt begun
+//     later, after failures, which may still find the claim its own.
 //   - For a claim (no lease runs yet): a TTL per attempt of the step.
-func (s *Store) timeout(held bool) (time.Duration, string) {
-	if held {
-		return s.ttl / 3, "a third of the TTL, the bound for a held claim"
+//   - For freeing the claims of a step that did not commit: a third of
+//     the TTL (a claim left behind lapses after its TTL).
+func (s *Store) timeout(c *storeClaim) (time.Duration, string) {
+	if c == nil {
+		return s.ttl, "a TTL, the bound of each attempt of a claim"
 	}
-	return s.ttl, "the TTL, the bound of a claim"
+	d := s.ttl / 3
+	if r := c.renewedAt(); !r.IsZero() {
+		d = max(d, r.Add(s.ttl-2*known(s.skew)).Sub(s.now()))
+	}
+	return d, "until the claim could lapse, and a third of the TTL at least"
 }
 
-// bound returns ctx bounded for what, a held claim's or not (see timeout).
-func (s *Store) bound(ctx context.Context, what string, held bool) (context.Context, context.CancelFunc) {
-	d, why := s.timeout(held)
-	return context.WithTimeoutCause(ctx, d, &slowError{what: what, d: d, why: why})
+// bound returns ctx bounded for what, for the held claim c (nil: a
+// claim), as timeout says.
+func (s *Store) bound(ctx context.Context, what string, c *storeClaim) (context.Context, context.CancelFunc) {
+	d, why := s.timeout(c)
+	return s.boundBy(ctx, what, d, why)
+}
+
+// boundBy returns ctx bounded by d, with a cause naming what and why d.
+func (s *Store) boundBy(ctx context.Context, what string, d time.Duration, why string) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, &slowError{what: what, d: d.Round(time.Millisecond), why: why})
 }
 
 // slowError is the cause of a context of bound whose deadline passed: it
@@ -274,7 +345,7 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 		if c != nil {
 			what = fmt.Sprintf("a step on the claim of node IDs %d-%d in %s/%s", c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns, s.name)
 		}
-		sctx, cancel := s.bound(ctx, what, c != nil)
+		sctx, cancel := s.bound(ctx, what, c)
 		res, again, err := s.attempt(sctx, c, held, all, fn)
 		cancel()
 		if !again {
@@ -355,8 +426,10 @@ func (s *Store) attempt(ctx context.Context, c *storeClaim, held randflake.Store
 	}
 	var fresh *storeClaim
 	var undo []*lease
+	var claimedAt time.Time // before any renewTime of the claims
 	if len(ch.Claim) > 0 {
 		fresh = &storeClaim{identity: s.newIdentity(), blocks: append([]int64(nil), ch.Claim...)}
+		claimedAt = s.now()
 		for _, f := range ch.Claim {
 			l, err := s.claim(ctx, f, sn.blocks[f], fresh.identity)
 			if err != nil {
@@ -390,8 +463,17 @@ func (s *Store) attempt(ctx context.Context, c *storeClaim, held randflake.Store
 			s.log.Warn("kubelease: writing a committed step to the blocks' Lease objects failed; the next step writes it", "namespace", s.ns, "fleet", s.name, "err", err)
 		}
 	}
+	// The claim's objects as written, for the next renewal.
 	if fresh != nil {
+		for _, f := range fresh.blocks {
+			fresh.wrote(f, known[f], claimedAt)
+		}
 		return fresh, false, nil
+	}
+	if c != nil {
+		for _, f := range c.blocks {
+			c.wrote(f, known[f], time.Time{})
+		}
 	}
 	return held, false, nil
 }
@@ -545,7 +627,7 @@ func mergeLabels(have, want map[string]string) map[string]string {
 // undo frees the claims of a step that did not commit, best effort: a
 // claim left behind lapses after its TTL.
 func (s *Store) undo(claimed []*lease) {
-	ctx, cancel := s.bound(context.Background(), "freeing the claims of a step that did not commit", true)
+	ctx, cancel := s.boundBy(context.Background(), "freeing the claims of a step that did not commit", s.ttl/3, "a third of the TTL")
 	defer cancel()
 	for _, l := range claimed {
 		free(l)
@@ -622,7 +704,8 @@ func (s *Store) pendingOf(fleet *lease) (*pending, uint64) {
 // object's resource version rev, to the blocks' objects, then removes it
 // from the fleet object. Each block's object records the commit it last
 // took (AnnotationStep), so that the writes are done once, and never
-// after a later commit's.
+// after a later commit's. known, if not nil, holds the blocks' objects as
+// last seen, tried before reading them; the objects written replace them.
 func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev uint64, known map[int64]*lease) error {
 	firsts := map[int64]bool{}
 	for k := range p.Records {
@@ -642,8 +725,12 @@ func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev u
 	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
 	for _, f := range order {
 		rec, hasRec := p.Records[strconv.FormatInt(f, 10)]
-		if err := s.writeBlock(ctx, f, rev, rec, hasRec, release[f], p.Holder, known[f]); err != nil {
+		w, err := s.writeBlock(ctx, f, rev, rec, hasRec, release[f], p.Holder, known[f])
+		if err != nil {
 			return err
+		}
+		if known != nil && w != nil {
+			known[f] = w
 		}
 	}
 	// Remove the step from the fleet object, unless a later write did.
@@ -677,8 +764,9 @@ func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev u
 
 // writeBlock writes one block's part of the commit rev: its record (if
 // hasRec) and, if release, frees its claim by holder. known, if not
-// nil, is the object as last seen, tried before reading it.
-func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string, hasRec, release bool, holder string, known *lease) error {
+// nil, is the object as last seen, tried before reading it. It returns
+// the object as it wrote it, nil if it wrote none.
+func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string, hasRec, release bool, holder string, known *lease) (*lease, error) {
 	name := BlockName(s.name, f)
 	for try := 0; try < maxSteps; try++ {
 		var cur lease
@@ -690,16 +778,16 @@ func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string,
 		}
 		missing := isCode(err, http.StatusNotFound)
 		if err != nil && !missing {
-			return err
+			return nil, err
 		}
 		if missing && !hasRec {
-			return nil // nothing to free
+			return nil, nil // nothing to free
 		}
 		if missing {
 			cur = lease{Metadata: objectMeta{Name: name}}
 		}
 		if done, _ := strconv.ParseUint(cur.Metadata.Annotations[AnnotationStep], 10, 64); done >= rev {
-			return nil // written already, or a later commit was
+			return nil, nil // written already, or a later commit was
 		}
 		l := cur
 		l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
@@ -712,24 +800,26 @@ func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string,
 		if release && l.holder() == holder {
 			free(&l)
 		}
+		var out lease
 		if missing {
-			_, err = s.c.do(ctx, http.MethodPost, s.leasesPath(), nil, &l, nil)
+			_, err = s.c.do(ctx, http.MethodPost, s.leasesPath(), nil, &l, &out)
 		} else {
-			_, err = s.c.do(ctx, http.MethodPut, s.leasePath(name), nil, &l, nil)
+			_, err = s.c.do(ctx, http.MethodPut, s.leasePath(name), nil, &l, &out)
 		}
 		if err == nil {
-			return nil
+			return &out, nil
 		}
 		if !isCode(err, http.StatusConflict) {
-			return err
+			return nil, err
 		}
 	}
-	return fmt.Errorf("kubelease: %s/%s changed under %d writes in a row: %w", s.ns, name, maxSteps, randflake.ErrStoreConflict)
+	return nil, fmt.Errorf("kubelease: %s/%s changed under %d writes in a row: %w", s.ns, name, maxSteps, randflake.ErrStoreConflict)
 }
 
-// Renew renews the claim: for each of its blocks' objects, a read and an
-// update of renewTime conditioned on the resource version read, within a
-// third of the TTL. It checks this machine's clock against the API
+// Renew renews the claim: for each of its blocks' objects, an update of
+// renewTime conditioned on the resource version this store last wrote,
+// or, if the object changed since, on the one a read then finds; all
+// within the bound of a held claim (see timeout). It checks this machine's clock against the API
 // server's Date header, and reports the resource version of the last
 // update as the store's position. A claim whose object is gone or names
 // another holder is ErrLeaseLost, reported with the identity and position
@@ -743,44 +833,60 @@ func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake
 	if c == nil {
 		return randflake.StoreIdentity{}, errors.New("kubelease: renewal without a claim")
 	}
-	ctx, cancel := s.bound(ctx, fmt.Sprintf("renewing node IDs %d-%d in %s/%s", c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns, s.name), true)
+	ctx, cancel := s.bound(ctx, fmt.Sprintf("renewing node IDs %d-%d in %s/%s", c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns, s.name), c)
 	defer cancel()
+	began := s.now() // no later than any renewTime written
 	var pos uint64
 	var last reply
 	for _, f := range c.blocks {
 		name := BlockName(s.name, f)
 		done := false
+		// The object as this store last wrote it, if known: one update
+		// conditioned on its resource version, which succeeds only if
+		// nothing changed it since, so the claim is still this one's.
+		cur := c.knownObject(f)
 		for try := 0; try < maxSteps && !done; try++ {
-			var cur lease
-			_, err := s.c.do(ctx, http.MethodGet, s.leasePath(name), nil, nil, &cur)
-			if isCode(err, http.StatusNotFound) {
-				return s.lostIdentity(ctx), s.lost(c, f, "its Lease object was deleted")
-			}
-			if err != nil {
-				return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
-			}
-			if cur.holder() != c.identity {
-				return s.lostIdentity(ctx), s.lost(c, f, fmt.Sprintf("its Lease object names the holder %q", cur.holder()))
+			if cur == nil {
+				cur = &lease{}
+				_, err := s.c.do(ctx, http.MethodGet, s.leasePath(name), nil, nil, cur)
+				if isCode(err, http.StatusNotFound) {
+					return s.lostIdentity(ctx), s.lost(c, f, "its Lease object was deleted")
+				}
+				if err != nil {
+					return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
+				}
+				if cur.holder() != c.identity {
+					return s.lostIdentity(ctx), s.lost(c, f, fmt.Sprintf("its Lease object names the holder %q", cur.holder()))
+				}
 			}
 			cur.APIVersion, cur.Kind = "coordination.k8s.io/v1", "Lease"
 			cur.Spec.RenewTime = microTime(s.now())
 			cur.Spec.LeaseDurationSeconds = i32p(int32(s.ttl / time.Second))
 			var out lease
 			t0 := s.now()
-			rep, err := s.c.do(ctx, http.MethodPut, s.leasePath(name), nil, &cur, &out)
+			rep, err := s.c.do(ctx, http.MethodPut, s.leasePath(name), nil, cur, &out)
 			rep.t0, rep.t1 = t0, s.now()
 			if isCode(err, http.StatusConflict) {
-				continue // a committed step's record was written meanwhile
+				// Changed since: a committed step's record was written, or
+				// another process took the claim over. Read it.
+				c.wrote(f, nil, time.Time{})
+				cur = nil
+				continue
+			}
+			if isCode(err, http.StatusNotFound) {
+				return s.lostIdentity(ctx), s.lost(c, f, "its Lease object was deleted")
 			}
 			if err != nil {
 				return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
 			}
+			c.wrote(f, &out, time.Time{})
 			pos, last, done = rvOf(&out), rep, true
 		}
 		if !done {
 			return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %s/%s changed under %d updates in a row", f, f+s.layout.Size-1, s.ns, name, maxSteps)
 		}
 	}
+	c.renewedAll(began)
 	if err := checkSkew(last, s.skew); err != nil {
 		return randflake.StoreIdentity{}, fmt.Errorf("%w (renewing node IDs %d-%d in %s)", err, c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns)
 	}
