@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // TestGenerateContextWaits takes 4 x 300,000 IDs through GenerateContext on
@@ -31,7 +33,7 @@ func TestGenerateContextWaits(t *testing.T) {
 		return s
 	}
 	newLeased := func(t *testing.T) *Leased {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(30*time.Second))
 		defer cancel()
 		l, err := NewLeased(ctx, LeasedConfig{Secret: testSecret, Source: StaticSource{FirstNode: 77, LastNode: 77}})
 		if err != nil {
@@ -90,7 +92,7 @@ func takeWaiting(t *testing.T, setup func(t *testing.T) (func(w int) func(contex
 	worker, in := setup(t)
 	// 1,200,000 IDs need at least ten seconds of one node ID; the
 	// bound leaves room for a loaded machine and the race detector.
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(90*time.Second))
 	defer cancel()
 	ids := make([][]int64, workers)
 	errs := make([]error, workers)
@@ -202,7 +204,7 @@ func TestGenerateContextCancel(t *testing.T) {
 		}},
 		{"Leased", func(t *testing.T, clock func() int64) gen {
 			src := &testSource{first: 5, last: 5, ttl: 3600}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
 			defer cancel()
 			l, err := NewLeased(ctx, LeasedConfig{Secret: testSecret, Source: src, TimeSource: clock})
 			if err != nil {
@@ -249,13 +251,13 @@ func TestGenerateContextCancel(t *testing.T) {
 				if msg := err.Error(); !strings.Contains(msg, "node ID 5") || !strings.Contains(msg, "context canceled") {
 					t.Errorf("error %q names neither the node ID nor the cancellation", msg)
 				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("GenerateContext did not return within 10s of its context's cancellation")
+			case <-time.After(slowdown.Stretch(10 * time.Second)):
+				t.Fatalf("GenerateContext did not return within %v of its context's cancellation (10 s stretched: %.1f× slower than on idle cores)", slowdown.Stretch(10*time.Second), slowdown.Factor())
 			}
 			t.Logf("returned %v after the cancellation", time.Since(cancelled).Round(time.Microsecond))
 			// The next second: the waits took nothing from it.
 			clock.sec.Add(1)
-			ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel = context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
 			defer cancel()
 			id, err := g.genCtx(ctx)
 			if err != nil {
@@ -283,7 +285,7 @@ func TestGenerateContextTimeSource(t *testing.T) {
 		t.Fatalf("GenerateBatch: %d, %v", n, err)
 	}
 	time.AfterFunc(50*time.Millisecond, func() { clock.sec.Add(1) })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
 	defer cancel()
 	id, err := g.GenerateContext(ctx)
 	if err != nil {
@@ -329,7 +331,7 @@ func TestGenerateContextClosed(t *testing.T) {
 	var clock frozenClock
 	clock.sec.Store(start)
 	src := &testSource{first: 6, last: 6, ttl: 3600}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
 	defer cancel()
 	l, err := NewLeased(ctx, LeasedConfig{Secret: testSecret, Source: src, TimeSource: clock.now})
 	if err != nil {
@@ -358,8 +360,8 @@ func TestGenerateContextClosed(t *testing.T) {
 			if !errors.Is(err, ErrClosed) {
 				t.Errorf("GenerateContext waiting when the generator closed: %v, want ErrClosed", err)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("GenerateContext still waiting 10s after Close")
+		case <-time.After(slowdown.Stretch(10 * time.Second)):
+			t.Fatalf("GenerateContext still waiting %v after Close (10 s stretched: %.1f× slower than on idle cores)", slowdown.Stretch(10*time.Second), slowdown.Factor())
 		}
 	}
 }

@@ -109,7 +109,7 @@ func (s *idSet) add(t *testing.T, g *Leased, ids ...int64) {
 
 func newTestLeased(t *testing.T, src LeaseSource, onError func(error)) *Leased {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
 	defer cancel()
 	g, err := NewLeased(ctx, LeasedConfig{Secret: testSecret, Source: src, Shards: 2, OnError: onError})
 	if err != nil {

@@ -43,7 +43,7 @@ func TestLeasedLogsLeaseEvents(t *testing.T) {
 	var out syncBuffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	src := &testSource{first: 10, last: 11, ttl: 2, start: time.Now().Unix() + 1}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
 	defer cancel()
 	g, err := NewLeased(ctx, LeasedConfig{Secret: testSecret, Source: src, Shards: 2, Logger: log})
 	if err != nil {
@@ -98,7 +98,7 @@ func TestLeasedLogsFirstUsableSecond(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	src := &testSource{first: 12, last: 12, ttl: 30, start: Epoch + 1}
 	before := time.Now().Unix()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
 	defer cancel()
 	g, err := NewLeased(ctx, LeasedConfig{Secret: testSecret, Source: src, Logger: log})
 	if err != nil {
