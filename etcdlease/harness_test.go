@@ -8,6 +8,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease/etcdtest"
+	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/leasetest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,6 +18,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// sinceStart measures the process's slowdown from its start (the package's
+// first use); its Stretch is the one place the tests stretch their
+// bounds from.
+var sinceStart = slowdown.Start()
 
 // testTTL is the etcd lease TTL of the tests; their promise is the same,
 // so that unknown history costs about 5 s: the promise, the clock skew

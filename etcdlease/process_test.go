@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
-	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/leasetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -20,7 +19,7 @@ import (
 // store is stretched by how much slower than on idle cores the process
 // runs (the one place the tests' stores get their timeouts from).
 func TestMain(m *testing.M) {
-	stretchOp = slowdown.Stretch
+	stretchOp = sinceStart.Stretch
 	leasetest.HolderMain(openHolderStore)
 	os.Exit(m.Run())
 }

@@ -14,6 +14,11 @@ import (
 	"github.com/randflake/randflake/internal/slowdown"
 )
 
+// sinceStart measures the process's slowdown from its start (the package's
+// first use); its Stretch is the one place the suite and the helpers stretch their
+// bounds from.
+var sinceStart = slowdown.Start()
+
 // env is one subtest's store and the processes it runs on it.
 type env struct {
 	t      *testing.T
@@ -49,7 +54,7 @@ func newEnv(t *testing.T, h Harness) *env {
 
 // limit is the budget stretched by the measured slowdown: how long a wait
 // of the subtest may take now.
-func (e *env) limit() time.Duration { return slowdown.Stretch(e.budget) }
+func (e *env) limit() time.Duration { return sinceStart.Stretch(e.budget) }
 
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
@@ -200,7 +205,7 @@ func (p *proc) lease() error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(5*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(5*time.Second))
 		defer cancel()
 		p.g.Close(ctx)
 	})
@@ -248,7 +253,7 @@ func (p *proc) stop() Span {
 // close closes an idle process's generator, releasing its lease.
 func (p *proc) close() {
 	p.e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(5*time.Second))
 	defer cancel()
 	if err := p.g.Close(ctx); err != nil {
 		p.e.t.Errorf("%s: Close: %v", p.name, err)
@@ -458,7 +463,7 @@ func (e *env) initialise() {
 // release releases a bare BlockSource's lease, reporting no second used.
 func (p *proc) release(l randflake.Lease) {
 	p.e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(10*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(10*time.Second))
 	defer cancel()
 	if err := p.src.Release(ctx, l, 0); err != nil {
 		p.e.t.Fatalf("%s: Release: %v", p.name, err)
@@ -478,5 +483,5 @@ func (e *env) waited(who string, l randflake.Lease, from int64) {
 // slowness describes the process's measured slowdown, for a failure
 // message.
 func slowness() string {
-	return fmt.Sprintf("this process ran %.1f× slower than on idle cores", slowdown.Factor())
+	return fmt.Sprintf("this process ran %.1f× slower than on idle cores", sinceStart.Factor())
 }

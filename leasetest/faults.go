@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
-	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // The subtests of history lost, edited or gone back.
@@ -59,7 +58,7 @@ func (p *proc) waitLost(t *testing.T, since time.Time, budget time.Duration) tim
 				return p.lostAt().Sub(since).Round(time.Millisecond)
 			}
 		}
-		if limit := slowdown.Stretch(budget); time.Since(began) > limit {
+		if limit := sinceStart.Stretch(budget); time.Since(began) > limit {
 			t.Fatalf("%s did not report its claim lost within %v (errors: %v; %s)", p.name, limit.Round(time.Millisecond), p.errors(), slowness())
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
-	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // StartTimeout bounds the start of a generator in NewLeased: its first
@@ -21,7 +20,7 @@ const StartTimeout = 30 * time.Second
 // lease, when t ends (CloseAtEnd).
 func NewLeased(t testing.TB, start func(ctx context.Context) (*randflake.Leased, error)) *randflake.Leased {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(StartTimeout))
+	ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(StartTimeout))
 	defer cancel()
 	g, err := start(ctx)
 	if err != nil {
@@ -36,7 +35,7 @@ func NewLeased(t testing.TB, start func(ctx context.Context) (*randflake.Leased,
 // once.
 func CloseAtEnd(t testing.TB, g *randflake.Leased) {
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(3*time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(3*time.Second))
 		defer cancel()
 		g.Close(ctx)
 	})

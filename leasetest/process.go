@@ -277,7 +277,7 @@ func (h *Holder) note(l randflake.Lease) {
 func (h *Holder) Lease(timeout time.Duration) randflake.Lease {
 	h.t.Helper()
 	m := slowdown.Start()
-	timer := time.NewTimer(slowdown.Stretch(timeout))
+	timer := time.NewTimer(sinceStart.Stretch(timeout))
 	defer timer.Stop()
 	select {
 	case <-h.first:
@@ -290,7 +290,7 @@ func (h *Holder) Lease(timeout time.Duration) randflake.Lease {
 		}
 		h.t.Fatalf("holder %s exited without a lease: %v", h.name, h.exitError())
 	case <-timer.C:
-		h.t.Fatalf("holder %s reported no lease within %v (%s)", h.name, slowdown.Stretch(timeout).Round(time.Millisecond), m)
+		h.t.Fatalf("holder %s reported no lease within %v (%s)", h.name, sinceStart.Stretch(timeout).Round(time.Millisecond), m)
 	}
 	return randflake.Lease{}
 }
@@ -382,12 +382,12 @@ func (h *Holder) Kill() time.Time {
 // ErrFleetMismatch when the holder got no lease for that reason.
 func (h *Holder) Wait(timeout time.Duration) error {
 	m := slowdown.Start()
-	timer := time.NewTimer(slowdown.Stretch(timeout))
+	timer := time.NewTimer(sinceStart.Stretch(timeout))
 	defer timer.Stop()
 	select {
 	case <-h.exited:
 	case <-timer.C:
-		return fmt.Errorf("holder %s still running after %v (%s)", h.name, slowdown.Stretch(timeout).Round(time.Millisecond), m)
+		return fmt.Errorf("holder %s still running after %v (%s)", h.name, sinceStart.Stretch(timeout).Round(time.Millisecond), m)
 	}
 	h.mu.Lock()
 	done := h.done

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
-	"github.com/randflake/randflake/internal/slowdown"
 )
 
 func TestMain(m *testing.M) {
@@ -77,7 +76,7 @@ func TestHolderKilledMidSecond(t *testing.T) {
 	// batch every millisecond: on idle cores the last comes well within
 	// 500 ms before the kill, on a loaded machine as much later as the
 	// machine is slower.
-	after, before := slowdown.Stretch(100*time.Millisecond), slowdown.Stretch(500*time.Millisecond)
+	after, before := sinceStart.Stretch(100*time.Millisecond), sinceStart.Stretch(500*time.Millisecond)
 	if gap := killed.Sub(sp.LastAt); gap < -after || gap > before {
 		t.Errorf("the last ID read back was handed out %v before the kill, want the load running up to it (from %v before to %v after; %s)",
 			gap, before.Round(time.Millisecond), after.Round(time.Millisecond), slowness())

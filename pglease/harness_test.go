@@ -16,6 +16,11 @@ import (
 	"github.com/randflake/randflake/pglease/pgtest"
 )
 
+// sinceStart measures the process's slowdown from its start (the package's
+// first use); its Stretch is the one place the tests stretch their
+// bounds from.
+var sinceStart = slowdown.Start()
+
 // The tests run against real PostgreSQL servers that pgtest starts. One
 // server is shared by the tests (each works on a table of its own); a test
 // that restarts the server starts its own. IDs are collected and checked
@@ -28,7 +33,7 @@ import (
 // stores get their timeouts from): a loaded test machine, not the
 // database, must not cut a step short.
 func TestMain(m *testing.M) {
-	stretchOp = slowdown.Stretch
+	stretchOp = sinceStart.Stretch
 	leasetest.HolderMain(openHolderStore)
 	pgtest.Main(m)
 }
@@ -135,7 +140,7 @@ func newLeased(t *testing.T, cfg Config) *randflake.Leased {
 func leasedWhenFree(t *testing.T, cfg Config, limit time.Duration) *randflake.Leased {
 	t.Helper()
 	m := slowdown.Start()
-	ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(limit+30*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(limit+30*time.Second))
 	defer cancel()
 	for began := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		g, err := NewLeased(ctx, testSecret, cfg)

@@ -50,6 +50,11 @@ import (
 	"github.com/randflake/randflake/leasetest"
 )
 
+// sinceStart measures the process's slowdown from its start (the package's
+// first use); its Stretch is the one place the server's start stretch their
+// bounds from.
+var sinceStart = slowdown.Start()
+
 // BinEnv is the environment variable that, when set, names the directory
 // holding etcd and etcdctl; [Find] then looks nowhere else.
 const BinEnv = "RANDFLAKE_ETCD_BIN"
@@ -286,7 +291,7 @@ const readyTimeout = 30 * time.Second
 // healthy asks the server's /health endpoint, which answers true once the
 // member has a leader and serves requests.
 func (s *Server) healthy() error {
-	c := http.Client{Timeout: slowdown.Stretch(time.Second)}
+	c := http.Client{Timeout: sinceStart.Stretch(time.Second)}
 	resp, err := c.Get(s.URL() + "/health")
 	if err != nil {
 		return err
@@ -303,7 +308,7 @@ func (s *Server) healthy() error {
 // that its member list holds this server's peer URL, which no other
 // server has (FreePort reserves it).
 func (s *Server) ours() error {
-	c := http.Client{Timeout: slowdown.Stretch(5 * time.Second)}
+	c := http.Client{Timeout: sinceStart.Stretch(5 * time.Second)}
 	resp, err := c.Post(s.URL()+"/v3/cluster/member/list", "application/json", strings.NewReader("{}"))
 	if err != nil {
 		return fmt.Errorf("listing the members on %s: %w", s.URL(), err)

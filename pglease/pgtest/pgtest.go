@@ -47,6 +47,11 @@ import (
 	"github.com/randflake/randflake/leasetest"
 )
 
+// sinceStart measures the process's slowdown from its start (the package's
+// first use); its Stretch is the one place the server's start stretch their
+// bounds from.
+var sinceStart = slowdown.Start()
+
 // BinEnv is the environment variable that, when set, names the directory
 // holding initdb and postgres; [Find] then looks nowhere else.
 const BinEnv = "RANDFLAKE_PGLEASE_BIN"
@@ -353,7 +358,7 @@ func (s *Server) Start() error {
 	meter := slowdown.Start()
 	began := time.Now()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(time.Second))
 		var dataDir string
 		c, err := pgx.Connect(ctx, s.DSN())
 		if err == nil {
