@@ -71,8 +71,9 @@ type Meter struct {
 // Start returns a Meter that measures from now on.
 func Start() *Meter { return &Meter{start: read(), worst: 1} }
 
-// process measures since the process started.
-var process = &Meter{worst: 1}
+// process measures since the process started: from zero totals, which
+// each thread's statistics count from.
+var process = &Meter{start: sample{ok: true}, worst: 1}
 
 // Factor returns how many times slower than on idle cores the process has
 // run since m started (at least 1, at most MaxFactor), and never less

@@ -40,6 +40,10 @@ func TestFactorRisesUnderContention(t *testing.T) {
 	if d := m.Stretch(time.Second); d < time.Duration(float64(time.Second)*f) {
 		t.Errorf("Stretch(1s) = %v, want at least %v", d, time.Duration(float64(time.Second)*f))
 	}
+	// The process's own measure, since it started, saw the same wait.
+	if pf := Factor(); pf <= 1.2 {
+		t.Errorf("after the spinning threads the process's factor is %.2f, want above 1.2", pf)
+	}
 	if f2 := m.Factor(); f2 < f {
 		t.Errorf("the factor fell from %.2f to %.2f: a stretched deadline must stay stretched", f, f2)
 	}
