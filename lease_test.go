@@ -25,6 +25,7 @@ type testSource struct {
 	renewed  int
 	released []int64 // lastUsed of each Release
 	held     bool
+	lostAt   time.Time // when Renew last reported the claim lost
 }
 
 func (s *testSource) Acquire(ctx context.Context) (Lease, error) {
@@ -55,6 +56,7 @@ func (s *testSource) Renew(ctx context.Context, l Lease) (Lease, error) {
 			s.held = false
 			err := s.renewErr
 			s.renewErr = nil
+			s.lostAt = time.Now()
 			return Lease{}, err
 		}
 		return Lease{}, s.renewErr
@@ -267,22 +269,36 @@ func TestLeasedReacquiresLostLease(t *testing.T) {
 		s.first, s.last, s.start = 200, 200, nextStart
 		s.renewErr = fmt.Errorf("claim deleted: %w", ErrLeaseLost)
 	})
-	// Generation stops at the next renewal, before the lease's end: the
-	// first call refused began within the lease (the second is read
-	// before the call, so a test descheduled after it costs nothing).
+	// Generation stops at the renewal that reports the loss, not at the
+	// lease's end: no call begun after the source reported it issues,
+	// beyond the moment the renewal takes to act on it (100 ms on idle
+	// cores). The times are read before each call, so a test descheduled
+	// after it costs nothing.
+	var lastOK time.Time // when the last call that issued began
+	var end int64
+	stopping := slowdown.Start()
 	for {
-		end := g.Lease().End
-		called := time.Now().Unix()
+		end = g.Lease().End
+		called := time.Now()
 		if _, err := g.Generate(); err != nil {
 			if !errors.Is(err, ErrInvalidLease) {
 				t.Fatalf("error %v, want ErrInvalidLease", err)
 			}
-			if called > end {
-				t.Errorf("went on past the lease's end %d: the first call refused began at second %d", end, called)
-			}
 			break
 		}
+		lastOK = called
 		time.Sleep(5 * time.Millisecond)
+	}
+	var lostAt time.Time
+	src.set(func(s *testSource) { lostAt = s.lostAt })
+	switch slack := stopping.Stretch(100 * time.Millisecond); {
+	case lostAt.IsZero():
+		// The renewal came too late to see the loss before the lease's
+		// end, which stopped generation by itself.
+		t.Logf("the lease ended (second %d) before a renewal reported its loss (%s)", end, stopping)
+	case lastOK.After(lostAt.Add(slack)):
+		t.Errorf("a call begun at %v issued an ID on the lost lease, %v after the source reported the loss (%s)",
+			lastOK.Format(time.StampMilli), lastOK.Sub(lostAt), stopping)
 	}
 	// The new lease starts two seconds on; the bound only ends a
 	// generator that never resumes.
