@@ -54,9 +54,10 @@ const WriteByteTimeout = 10 * time.Second
 //     applies ReadHeaderTimeout to it. Later on, hs.IdleTimeout closes an
 //     HTTP/2 connection without open streams, as it does an idle
 //     HTTP/1.1 one;
-//   - a connection whose client cancels (HTTP/2: resets) more than
-//     maxCancelled requests before their answers are complete, and more
-//     than it lets complete, is closed: a rapid reset costs the attacker
+//   - a connection whose client cancels (HTTP/2: resets) requests before
+//     their answers are complete, or goes on asking while it is refused
+//     503 busy, more than maxCancelled times and more often than it is
+//     answered with success, is closed: a rapid reset costs the attacker
 //     its connection (and a new TLS handshake), not the honest clients
 //     their CPU.
 //
@@ -131,7 +132,7 @@ func (s *Server) watchConns(hs *http.Server) {
 // randflake_connections_closed_total.
 const (
 	closedNoRequest = "no_request" // no complete request head within the header timeout
-	closedCancelled = "cancelled"  // too many requests cancelled (HTTP/2 resets)
+	closedCancelled = "cancelled"  // too many requests cancelled (HTTP/2 resets) or refused busy
 )
 
 // closeConn closes cw's connection once, and counts and logs why.
@@ -139,8 +140,8 @@ func (s *Server) closeConn(cw *connWatch, reason string) {
 	if !cw.closing.CompareAndSwap(false, true) {
 		return
 	}
+	s.connsClosed.WithLabelValues(reason).Inc() // counted before the client can see it
 	cw.conn.Close()
-	s.connsClosed.WithLabelValues(reason).Inc()
 	if n, ok := s.limited.allow("close: "+reason, time.Now()); ok {
 		attrs := []any{"reason", reason, "remote", cw.conn.RemoteAddr().String()}
 		if reason == closedCancelled {
@@ -162,17 +163,19 @@ func (cw *connWatch) requestStarted() {
 	}
 }
 
-// requestEnded notes how a request of cw's connection ended: cancelled
-// (its context ended before the handler returned: a reset stream, a
-// client gone, a stream timed out) or not, and closes a connection with
-// too many cancellations.
-func (s *Server) requestEnded(cw *connWatch, cancelled bool) {
-	if !cancelled {
+// requestEnded notes how a request of cw's connection ended, and closes
+// a connection with too many requests unserved: cancelled (the context
+// ended before the handler returned: a reset stream, a client gone, a
+// stream timed out) or refused busy count against it, answers with a
+// status below 400 for it, others (client errors) neither.
+func (s *Server) requestEnded(cw *connWatch, cancelled bool, rec *recorder) {
+	switch {
+	case cancelled || rec.kind == KindBusy:
+		if n := cw.cancelled.Add(1); n > maxCancelled && n > cw.completed.Load() {
+			s.closeConn(cw, closedCancelled)
+		}
+	case rec.status < 400:
 		cw.completed.Add(1)
-		return
-	}
-	if n := cw.cancelled.Add(1); n > maxCancelled && n > cw.completed.Load() {
-		s.closeConn(cw, closedCancelled)
 	}
 }
 

@@ -198,7 +198,7 @@ func (s *Server) registerInflight() error {
 	}, []string{"type"})
 	s.connsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "randflake_connections_closed_total",
-		Help: "Connections the service closed: no_request (no complete request head within --header-timeout), cancelled (more requests cancelled or reset than completed, past 100).",
+		Help: "Connections the service closed: no_request (no complete request head within --header-timeout), cancelled (more requests cancelled, reset or refused busy than served, past 100).",
 	}, []string{"reason"})
 	for _, r := range []string{closedNoRequest, closedCancelled} {
 		s.connsClosed.WithLabelValues(r)

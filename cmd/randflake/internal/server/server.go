@@ -258,7 +258,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, route func(*recor
 	}
 	route(rec, r)
 	if cw != nil {
-		s.requestEnded(cw, r.Context().Err() != nil)
+		s.requestEnded(cw, r.Context().Err() != nil, rec)
 	}
 	d := time.Since(start)
 	s.observe(r.URL.Path, rec.status, d)
