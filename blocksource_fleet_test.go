@@ -176,14 +176,16 @@ func TestBlockSourceFastClockCapped(t *testing.T) {
 	for i := range 2 {
 		src, _ := newSource(t, b, locks, 1)
 		before := time.Now().Unix()
-		l, err := src.Acquire(ctxFor(t, 20*time.Second))
+		l, err := src.Acquire(ctxFor(t, 2*time.Minute))
 		if err != nil {
 			t.Fatalf("claim %d with a true clock after the fast process's: %v", i+1, err)
 		}
-		// The bound of a true clock: its own second + the 1 s promise
-		// (no skew in the memory store), the next second to start.
-		if l.Start > before+3 {
-			t.Errorf("claim %d with a true clock got %v at second %d: it waited for the fast clock's unknown second, want at most %d", i+1, l, before, before+3)
+		// A true clock's bound is its own second + the 1 s promise (no
+		// skew in the memory store); the fast clock's unknown second is
+		// an hour ahead. A claim that started within a minute was capped,
+		// however slowly the machine ran it.
+		if l.Start > before+60 {
+			t.Errorf("claim %d with a true clock got %v at second %d: it waited for the fast clock's unknown second, want it within its own bound", i+1, l, before)
 		}
 		if l.FirstNode == fl.FirstNode {
 			t.Errorf("claim %d with a true clock got %v, the block the fast process used at its clock's seconds (%v)", i+1, l, fl)
