@@ -22,7 +22,13 @@ import (
 //     of the path given (that directory is resolved once and must be a
 //     real directory): a link leading out of it is refused;
 //   - every element (the directory, each link, each directory passed
-//     through, the file) belongs to root or to the current user;
+//     through, the file) belongs to root or to the current user, and no
+//     directory is writable by group or others unless it is sticky (as
+//     /tmp and a Secret volume's tmpfs are: then only an entry's owner,
+//     the directory's or root may replace it). This holds for the
+//     directory part of the path too, from the root down: each of its
+//     directories and each link in it is checked before it is followed,
+//     so that no other user decides which file is read;
 //   - the file is a regular file, and writable by neither group nor others;
 //   - for a secret (ReadPrivateFile): neither others nor the group may
 //     read it, except that a file root owns may be readable by its group
@@ -163,18 +169,8 @@ func resolveGiven(path string) (reached, error) {
 	if abs == dir { // the root directory
 		return r, fmt.Errorf("statedir: %s is not a regular file (a directory): give the path of a regular file", path)
 	}
-	base, err := filepath.EvalSymlinks(dir)
+	base, err := resolveDir(path, dir)
 	if err != nil {
-		return r, missingOr(path, r, err)
-	}
-	bfi, err := os.Lstat(base)
-	if err != nil {
-		return r, missingOr(path, r, err)
-	}
-	if !bfi.IsDir() {
-		return r, fmt.Errorf("statedir: %s: its directory %s is not a directory (%s)", path, base, kind(bfi.Mode()))
-	}
-	if err := checkElement(path, base, bfi); err != nil {
 		return r, err
 	}
 	var within []string // real directories below base, each checked
@@ -198,6 +194,9 @@ func resolveGiven(path string) (reached, error) {
 			return r, missingOr(path, r, err)
 		}
 		if err := checkElement(path, cur, fi); err != nil {
+			return r, err
+		}
+		if err := checkDirWrite(path, cur, fi); err != nil {
 			return r, err
 		}
 		switch {
@@ -238,6 +237,87 @@ func resolveGiven(path string) (reached, error) {
 		return r, missingOr(path, r, err)
 	}
 	return r, nil
+}
+
+// resolveDir resolves dir, the absolute directory part of path, to a real
+// directory, as filepath.EvalSymlinks does, but one element at a time
+// from the root down, checking each before it is used: every directory
+// (the root included) and every link belongs to root or to the current
+// user, and no directory is writable by group or others unless it is
+// sticky. A directory that others can change, or a link that another
+// user owns, would let that user choose the file read.
+func resolveDir(path, dir string) (string, error) {
+	links := 0
+	at := string(filepath.Separator) // the real directory reached so far
+	fi, err := os.Lstat(at)
+	if err != nil {
+		return "", fmt.Errorf("statedir: %s: %w", path, err)
+	}
+	if err := checkDirElement(path, at, fi); err != nil {
+		return "", err
+	}
+	todo := strings.Split(filepath.ToSlash(dir), "/")
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			at = filepath.Dir(at)
+			continue
+		}
+		cur := filepath.Join(at, c)
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return "", missingOr(path, reached{}, err)
+		}
+		if err := checkDirElement(path, cur, fi); err != nil {
+			return "", err
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			if links++; links > maxLinks {
+				return "", fmt.Errorf("statedir: %s: more than %d symbolic links in its directory part (a loop?): give the path of the file itself", path, maxLinks)
+			}
+			target, err := os.Readlink(cur)
+			if err != nil {
+				return "", missingOr(path, reached{}, err)
+			}
+			if target == "" {
+				return "", fmt.Errorf("statedir: %s: the symbolic link %s is empty", path, cur)
+			}
+			if filepath.IsAbs(target) {
+				at = string(filepath.Separator)
+			}
+			todo = append(strings.Split(filepath.ToSlash(target), "/"), todo...)
+		case fi.IsDir():
+			at = cur
+		default:
+			return "", fmt.Errorf("statedir: %s: its directory %s is not a directory (%s)", path, cur, kind(fi.Mode()))
+		}
+	}
+	return at, nil
+}
+
+// checkDirElement checks an element of the directory part of path: owned
+// by root or the current user and, if a directory, not writable by
+// others (checkDirWrite).
+func checkDirElement(path, elem string, fi os.FileInfo) error {
+	if err := checkElement(path, elem, fi); err != nil {
+		return err
+	}
+	return checkDirWrite(path, elem, fi)
+}
+
+// checkDirWrite refuses a directory on the way to path that group or
+// others may write, unless it is sticky: anyone who may write it may
+// replace the entries in it.
+func checkDirWrite(path, elem string, fi os.FileInfo) error {
+	if !fi.IsDir() || fi.Mode().Perm()&0o022 == 0 || fi.Mode()&os.ModeSticky != 0 {
+		return nil
+	}
+	return fmt.Errorf("statedir: %s: the directory %s is writable by group or others (mode %v), who could replace what the path leads to: chmod go-w it (or make it sticky, as /tmp is), or give a path through directories only root or this user may change", path, elem, fi.Mode().Perm())
 }
 
 // inside returns target relative to base or dir when it lies in either
