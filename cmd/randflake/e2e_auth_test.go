@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -112,9 +113,10 @@ func TestServeIssueTokens(t *testing.T) {
 		before := strings.Count(p.logs.String(), "issue tokens not reloaded")
 		writeAtomically(t, tokens, []byte(c.content), c.mode)
 		p.cmd.Process.Signal(syscall.SIGHUP)
-		for deadline := time.Now().Add(10 * time.Second); strings.Count(p.logs.String(), "issue tokens not reloaded") == before; time.Sleep(20 * time.Millisecond) {
+		limit := within(10 * time.Second)
+		for deadline := time.Now().Add(limit); strings.Count(p.logs.String(), "issue tokens not reloaded") == before; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%q: no failed reload logged within 10 s:\n%s", c.content, p.logs.String())
+				t.Fatalf("%q: no failed reload logged within %v (%s):\n%s", c.content, limit, slowness(), p.logs.String())
 			}
 		}
 		lines := regexp.MustCompile(`level=WARN msg="issue tokens not reloaded; the current clients stay" trigger=\S+ err=.*`).FindAllString(p.logs.String(), -1)
@@ -185,18 +187,41 @@ func (r *shareRun) p99() time.Duration {
 	return l[int(0.99*float64(len(l)-1))]
 }
 
-// fairnessLoad runs, for d: flooders goroutines of client flood, each
-// asking for 1,048,576 binary IDs again as soon as it has an answer
-// (ignoring Retry-After), and client steady asking for 1,000 JSON IDs at
-// 50 requests a second, 50,000 IDs a second.
-func fairnessLoad(t *testing.T, url string, flooders int, d time.Duration) (flood, steady shareRun) {
+// fairnessLoad runs, for d and until client steady has made minSteady
+// requests (a loaded machine makes fewer a second): flooders goroutines
+// of client flood, each asking for 1,048,576 binary IDs again as soon as
+// it has an answer (ignoring Retry-After), and client steady asking for
+// 1,000 JSON IDs at 50 requests a second, 50,000 IDs a second. It
+// returns what each saw and how long the run took, from the start of the
+// first request to the cancelling of the last.
+func fairnessLoad(t *testing.T, url string, flooders int, d time.Duration, minSteady int) (flood, steady shareRun, elapsed time.Duration) {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: flooders + 1}
 	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: contractTransport{base: tr}, Timeout: 30 * time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
+	hc := &http.Client{Transport: contractTransport{base: tr}, Timeout: within(30 * time.Second)}
 	var mu sync.Mutex
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	// The run's end: d, once steady has made minSteady requests, or
+	// the most a loaded machine is given for them.
+	limit := within(d + 30*time.Second)
+	go func() {
+		defer cancel()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			mu.Lock()
+			n := steady.requests
+			mu.Unlock()
+			if since := time.Since(start); since >= d && n >= minSteady || since >= limit {
+				return
+			}
+		}
+	}()
 	ask := func(run *shareRun, token, accept string, count int) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/v1/ids?count=%d", url, count), nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -258,39 +283,50 @@ func fairnessLoad(t *testing.T, url string, flooders int, d time.Duration) (floo
 			}
 		}
 	})
+	<-ctx.Done()
+	elapsed = time.Since(start)
 	wg.Wait()
-	return flood, steady
+	mu.Lock()
+	defer mu.Unlock()
+	return flood, steady, elapsed
 }
 
 // Two clients, one flooding with 1,048,576-ID binary batches as fast as
 // it can: under --client-rate the other keeps all of its share (every
-// request served), the flooder gets 429s and no more than its own share;
-// the per-client metrics count both by name. Without --client-rate (the
-// control, logged and not asserted) the flooder takes the whole of each
-// second.
+// request served), the flooder gets 429s and no more than its own share
+// over the run's length; the per-client metrics count both by name.
+// A client whose share is used up gets 429 with the seconds until its
+// batch fits, and a batch above the burst is a 400, as curl sees. Without
+// --client-rate (the control, logged and not asserted) the flooder takes
+// the whole of each second.
 func TestServeClientRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods serve for 5 s twice: not in -short")
+	}
+	t.Parallel()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte("flood flood-token-0123456789\nsteady steady-token-0123456789\n"), 0o600)
 	const d = 5 * time.Second
 	const rate = 1 << 20
+	// Enough requests to see a failure: 50 a second on idle cores, fewer
+	// on a loaded one, which runs longer for them.
+	const minSteady = 50
 	// 64 node IDs: 8,388,608 IDs a second in all.
 	p := startServe(t, "--nodes", "0-63", "--issue-tokens-file", tokens, "--client-rate", fmt.Sprint(rate), "--client-burst", fmt.Sprint(1<<20), "--max-binary-count", fmt.Sprint(2<<20))
-	flood, steady := fairnessLoad(t, p.url, 2, d)
-	t.Logf("with --client-rate %d: steady: %d requests, %.2f%% served, p99 %v, %d IDs; flood: %d requests, %d served, %d refused (429), %d IDs",
-		rate, steady.requests, 100*steady.successRate(), steady.p99(), steady.ids, flood.requests, flood.ok, flood.quota, flood.ids)
-	// At 50 a second, fewer when the machine is slow (-race): enough
-	// requests to see a failure, and every one served.
-	if steady.requests < 20 || steady.ok != steady.requests {
-		t.Errorf("steady: %d of %d requests served (first error: %s); want every one", steady.ok, steady.requests, steady.firstErr)
+	flood, steady, elapsed := fairnessLoad(t, p.url, 2, d, minSteady)
+	t.Logf("with --client-rate %d, %v: steady: %d requests, %.2f%% served, p99 %v, %d IDs; flood: %d requests, %d served, %d refused (429), %d IDs",
+		rate, elapsed.Round(time.Millisecond), steady.requests, 100*steady.successRate(), steady.p99(), steady.ids, flood.requests, flood.ok, flood.quota, flood.ids)
+	if steady.requests < minSteady || steady.ok != steady.requests {
+		t.Errorf("steady: %d of %d requests served in %v (first error: %s); want every one, and at least %d (%s)", steady.ok, steady.requests, elapsed, steady.firstErr, minSteady, slowness())
 	}
 	if flood.quota == 0 || flood.other != 0 {
 		t.Errorf("flood: %d refused over its share, %d other failures (%s); want 429s only", flood.quota, flood.other, flood.firstErr)
 	}
 	// Its share: the burst, then the rate, over the run and a second of
 	// slack for the requests in flight at its ends.
-	if most := int64(1<<20) + int64(rate)*int64((d+time.Second)/time.Second); flood.ids > most {
-		t.Errorf("flood got %d IDs, more than its share (%d)", flood.ids, most)
+	if most := int64(1<<20) + int64(rate)*int64((elapsed+2*time.Second-1)/time.Second); flood.ids > most {
+		t.Errorf("flood got %d IDs in %v, more than its share (%d)", flood.ids, elapsed, most)
 	}
 	mfs := scrape(t, p.url)
 	for _, c := range []struct {
@@ -312,33 +348,46 @@ func TestServeClientRate(t *testing.T) {
 	if n := len(mfs["randflake_client_ids_issued_total"].GetMetric()); n != 3 {
 		t.Errorf("%d series of randflake_client_ids_issued_total, want 3 (flood, steady, other)", n)
 	}
-	// What curl sees: the flooder's share is used up (429 with the
-	// seconds until a batch fits), and a batch above the burst could
+	stop(t, p)
+
+	// What curl sees, on a share that refills slowly (1,000 IDs a second,
+	// bursts of 100,000), so that however slow curl is to start, a share
+	// used up stays used up: the first batch of 100,000 is served, the
+	// next refused with 429 and the seconds until it fits (about 100,
+	// less what has refilled since), and a batch above the burst could
 	// never fit (400).
-	url := p.url + "/v1/ids?count=1048576"
-	var r curlResult
-	for range 3 { // the share refills at a batch a second: the second asks too early
-		if r = runCurl(t, "-H", "Authorization: Bearer flood-token-0123456789", "-H", "Accept: application/octet-stream", url); r.status != 200 {
-			break
-		}
+	const slowRate, slowBurst = 1000, 100_000
+	q := startServe(t, "--nodes", "0-63", "--issue-tokens-file", tokens, "--client-rate", fmt.Sprint(slowRate), "--client-burst", fmt.Sprint(slowBurst))
+	url := q.url + "/v1/ids?count=" + fmt.Sprint(slowBurst)
+	auth := []string{"-H", "Authorization: Bearer flood-token-0123456789", "-H", "Accept: application/octet-stream"}
+	asked := time.Now()
+	r := runCurl(t, append(slices.Clone(auth), url)...)
+	if r.status != 200 || len(r.body) != 8*slowBurst {
+		t.Errorf("curl for the whole burst: %d, %d bytes; want 200 and %d", r.status, len(r.body), 8*slowBurst)
 	}
-	if secs, err := strconv.Atoi(r.header.Get("Retry-After")); r.status != 429 || err != nil || secs < 1 || secs > 2 || !strings.Contains(string(r.body), `"kind":"quota"`) {
-		t.Errorf("curl as the flooder: %d, Retry-After %q, %s; want 429 quota with Retry-After 1 or 2", r.status, r.header.Get("Retry-After"), r.body)
+	r = runCurl(t, append(slices.Clone(auth), url)...)
+	since := time.Since(asked)
+	secs, err := strconv.Atoi(r.header.Get("Retry-After"))
+	// The first batch was served less than since before the second was
+	// asked for: fewer than since × slowRate IDs have come back.
+	least := int(math.Ceil(float64(slowBurst)/slowRate - since.Seconds()))
+	if r.status != 429 || err != nil || secs < max(1, least) || secs > slowBurst/slowRate || !strings.Contains(string(r.body), `"kind":"quota"`) {
+		t.Errorf("curl again %v later: %d, Retry-After %q, %s; want 429 quota with Retry-After %d to %d", since.Round(time.Millisecond), r.status, r.header.Get("Retry-After"), r.body, max(1, least), slowBurst/slowRate)
 	}
 	checkCurl(t, url, r)
-	url = p.url + "/v1/ids?count=1048577"
+	url = q.url + "/v1/ids?count=" + fmt.Sprint(slowBurst+1)
 	r = runCurl(t, "-H", "Authorization: Bearer steady-token-0123456789", "-H", "Accept: application/octet-stream", url)
 	if r.status != 400 || !strings.Contains(string(r.body), "a client's burst") {
 		t.Errorf("curl for more than the burst: %d %s; want 400", r.status, r.body)
 	}
 	checkCurl(t, url, r)
-	stop(t, p)
+	stop(t, q)
 
 	// The control: the same load without shares.
 	c := startServe(t, "--nodes", "0-63", "--issue-tokens-file", tokens)
-	flood, steady = fairnessLoad(t, c.url, 2, d)
-	t.Logf("without --client-rate: steady: %d requests, %.2f%% served (first failure: %s), p99 %v; flood: %d requests, %d served, %d IDs",
-		steady.requests, 100*steady.successRate(), steady.firstErr, steady.p99(), flood.requests, flood.ok, flood.ids)
+	flood, steady, elapsed = fairnessLoad(t, c.url, 2, d, minSteady)
+	t.Logf("without --client-rate, %v: steady: %d requests, %.2f%% served (first failure: %s), p99 %v; flood: %d requests, %d served, %d IDs",
+		elapsed.Round(time.Millisecond), steady.requests, 100*steady.successRate(), steady.firstErr, steady.p99(), flood.requests, flood.ok, flood.ids)
 	stop(t, c)
 }
 

@@ -55,20 +55,22 @@ func nodesOf(t *testing.T, env []string, ids []string) map[int64]int {
 	return nodes
 }
 
-// stop sends SIGTERM to serve and fails unless it exits 0 within 15s.
+// stop sends SIGTERM to serve and fails unless it exits 0 within 15s
+// (stretched by within).
 func stop(t *testing.T, p *serveProcess) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	limit := within(15 * time.Second)
 	select {
 	case err := <-p.done:
 		p.done <- err
 		if err != nil {
 			t.Fatalf("serve exited with %v: %s", err, p.logs.String())
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop")
+	case <-time.After(limit):
+		t.Fatalf("serve did not stop within %v of SIGTERM (%s); logs:\n%s", limit, slowness(), p.logs.String())
 	}
 }
 
@@ -105,14 +107,6 @@ func TestServeWithoutConfiguration(t *testing.T) {
 	}
 	stop(t, a)
 	stop(t, b)
-}
-
-func startServeEnv(t *testing.T, env []string, args ...string) *serveProcess {
-	t.Helper()
-	saved := secretEnv
-	secretEnv = env
-	defer func() { secretEnv = saved }()
-	return startServe(t, args...)
 }
 
 // startEtcd runs a single-member etcd in the test process on loopback
@@ -152,10 +146,11 @@ func startEtcdServer(t *testing.T) (stop func(), endpoint string) {
 	}
 	stop = sync.OnceFunc(e.Close)
 	t.Cleanup(stop)
+	limit := within(startupTimeout)
 	select {
 	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready")
+	case <-time.After(limit):
+		t.Fatalf("etcd not ready within %v (%s)", limit, slowness())
 	}
 	return stop, client.Host
 }

@@ -12,11 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/randflake/randflake/leasetest"
 	"go.uber.org/zap"
 )
 
@@ -27,10 +29,11 @@ func ownStateEnv(t *testing.T) (dir string, env []string) {
 	return dir, []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + dir}
 }
 
-// exitWithin waits up to d for p to exit and returns its exit status, or
-// fails.
+// exitWithin waits up to d (stretched by within) for p to exit and
+// returns its exit status, or fails.
 func exitWithin(t *testing.T, p *serveProcess, d time.Duration) int {
 	t.Helper()
+	d = within(d)
 	select {
 	case err := <-p.done:
 		p.done <- err
@@ -42,7 +45,7 @@ func exitWithin(t *testing.T, p *serveProcess, d time.Duration) int {
 		}
 		return 0
 	case <-time.After(d):
-		t.Fatalf("still running %v later; logs:\n%s", d, p.logs.String())
+		t.Fatalf("still running %v later (%s); logs:\n%s", d, slowness(), p.logs.String())
 		return -1
 	}
 }
@@ -58,10 +61,11 @@ func requireNoLeak(t *testing.T, what string, body []byte, extra ...string) {
 	}
 }
 
-// waitStatus polls GET /v1/ids until it answers status, for up to d, and
-// returns the body.
+// waitStatus polls GET /v1/ids until it answers status, for up to d
+// (stretched by within), and returns the body.
 func waitStatus(t *testing.T, p *serveProcess, status int, d time.Duration) []byte {
 	t.Helper()
+	d = within(d)
 	deadline := time.Now().Add(d)
 	for {
 		resp, err := http.Get(p.url + "/v1/ids?count=10")
@@ -73,7 +77,7 @@ func waitStatus(t *testing.T, p *serveProcess, status int, d time.Duration) []by
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %d within %v (last: %v); logs:\n%s", status, d, err, p.logs.String())
+			t.Fatalf("no %d within %v (%s; last: %v); logs:\n%s", status, d, slowness(), err, p.logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -89,7 +93,8 @@ func TestServeLostLeaseIsLogged(t *testing.T) {
 	fetch(t, p, 10)
 	// Until then the lease is renewed about every 3 s, and has 10 s at
 	// most left.
-	deadline := time.Now().Add(15 * time.Second)
+	limit := within(15 * time.Second)
+	deadline := time.Now().Add(limit)
 	for {
 		mfs := scrape(t, p.url)
 		renewed, _ := metricValue(mfs, "randflake_lease_renewals_total")
@@ -102,7 +107,7 @@ func TestServeLostLeaseIsLogged(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no renewal counted within 15 s")
+			t.Fatalf("no renewal counted within %v (%s)", limit, slowness())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -200,36 +205,63 @@ func TestServeLogFormatAndAccessLog(t *testing.T) {
 	}
 }
 
-// closedPort returns a loopback address nothing listens on.
+// closedPort returns a loopback address nothing listens on, never the
+// same twice and outside the kernel's range for ports of its choosing, so
+// that no other test's server or connection takes it before the server
+// meant for it (if any) binds it.
 func closedPort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Helper()
+	port, err := leasetest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 var waitingForEtcd = regexp.MustCompile(`msg="still waiting for node IDs from etcd" endpoints=(\S+) waited=(\S+)`)
+
+// firstNotice checks the first waiting notice m (waitingForEtcd's
+// submatches) of a process started at start: it names addr, and came
+// about a second into the wait by the process's own clock (waited=, 1s
+// or a little more where the machine is slow), not after later ones.
+func firstNotice(t *testing.T, m []string, addr string, start time.Time) {
+	t.Helper()
+	waited, err := time.ParseDuration(m[2])
+	if most := within(2 * time.Second); err != nil || m[1] != addr || waited < time.Second || waited > most {
+		t.Errorf("first notice %v after the start: %q; want endpoints=%s and waited= from 1s to %v (%s)", time.Since(start).Round(time.Millisecond), m[0], addr, most, slowness())
+	}
+}
+
+// stoppedAtOnce checks that p, signalled at t0 during a wait with no end,
+// exited with status code and the message want, at once: within 2 s
+// (stretched by within).
+func stoppedAtOnce(t *testing.T, p *serveProcess, t0 time.Time, code int, want string) {
+	t.Helper()
+	got := exitWithin(t, p, 5*time.Second)
+	took := time.Since(t0)
+	if most := within(2 * time.Second); got != code || took > most || !strings.Contains(p.logs.String(), want) {
+		t.Errorf("after the signal: exit %d after %v, want %d within %v (%s) and %q; logs:\n%s", got, took, code, most, slowness(), want, p.logs.String())
+	}
+}
 
 // With etcd unreachable, gen and serve say within about a second that
 // they are waiting for etcd, and at which endpoints, and keep saying so.
 // A signal during the wait stops them at once.
 func TestWaitingForEtcdIsReported(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out notices 5 s apart: not in -short")
+	}
+	t.Parallel()
 	addr := closedPort(t)
 	t.Run("gen", func(t *testing.T) {
 		start := time.Now()
 		p := spawn(t, secretEnv, "gen", "--etcd", addr, "--wait", "30s")
 		m := waitLog(t, p, waitingForEtcd, 5*time.Second)
-		if took := time.Since(start); took > 3*time.Second || m[1] != addr || (m[2] != "1s" && m[2] != "2s") {
-			t.Errorf("first notice after %v: %q", took, m[0])
-		}
+		firstNotice(t, m, addr, start)
 		waitLog(t, p, regexp.MustCompile(`msg="still waiting for node IDs from etcd" endpoints=\S+ waited=(?:[5-9]|1[0-9])s`), 20*time.Second)
+		t0 := time.Now()
 		p.cmd.Process.Signal(os.Interrupt)
-		if code := exitWithin(t, p, 5*time.Second); code != 1 || !strings.Contains(p.logs.String(), "interrupted while waiting for node IDs") {
-			t.Errorf("gen after SIGINT: exit %d; stderr:\n%s", code, p.logs.String())
-		}
+		stoppedAtOnce(t, p, t0, 1, "interrupted while waiting for node IDs")
 	})
 	t.Run("gen --wait", func(t *testing.T) {
 		r := runBinary(t, "", secretEnv, "gen", "--etcd", addr, "--wait", "2s")
@@ -241,15 +273,10 @@ func TestWaitingForEtcdIsReported(t *testing.T) {
 		start := time.Now()
 		p := spawnServe(t, secretEnv, "--etcd", addr)
 		m := waitLog(t, p, waitingForEtcd, 5*time.Second)
-		if took := time.Since(start); took > 3*time.Second || m[1] != addr {
-			t.Errorf("first notice after %v: %q", took, m[0])
-		}
+		firstNotice(t, m, addr, start)
 		t0 := time.Now()
 		p.cmd.Process.Signal(syscall.SIGTERM)
-		code := exitWithin(t, p, 5*time.Second)
-		if took := time.Since(t0); code != 0 || took > 2*time.Second || !strings.Contains(p.logs.String(), "stopped while waiting for node IDs") {
-			t.Errorf("serve after SIGTERM: exit %d after %v; logs:\n%s", code, took, p.logs.String())
-		}
+		stoppedAtOnce(t, p, t0, 0, "stopped while waiting for node IDs")
 	})
 }
 
@@ -258,11 +285,32 @@ var (
 	leaseAcquired   = regexp.MustCompile(`msg="randflake: lease acquired" nodes=(\S+) start=(\S+)`)
 )
 
+// stoppedBefore checks that p, signalled at t0 during a wait for the
+// moment until, exited with status code and the message want before
+// until came: it did not wait it out.
+func stoppedBefore(t *testing.T, p *serveProcess, t0, until time.Time, code int, want string) {
+	t.Helper()
+	if !t0.Before(until) {
+		t.Fatalf("the signal went at %v, after the wait's end %v: this test was too slow to signal during it (%s)", t0.Format(time.RFC3339Nano), until.Format(time.RFC3339), slowness())
+	}
+	got := exitWithin(t, p, 30*time.Second)
+	exited := time.Now()
+	if got != code || !exited.Before(until) || !strings.Contains(p.logs.String(), want) {
+		t.Errorf("after the signal: exit %d at %v, %v after it; want %d before the wait's end %v, and %q; logs:\n%s",
+			got, exited.Format(time.RFC3339Nano), exited.Sub(t0).Round(time.Millisecond), code, until.Format(time.RFC3339), want, p.logs.String())
+	}
+}
+
 // A state directory whose state file is gone makes serve wait for its
-// lease to start. SIGTERM during that wait ends it within 2s, status 0,
-// and releases the node IDs so that the next serve's lease starts no
-// later than the first one's would have.
+// lease to start. SIGTERM during that wait ends it before the lease's
+// start (at once, not waiting it out), status 0, and releases the node
+// IDs so that the next serve's lease starts no later than the first
+// one's would have.
 func TestServeStopsDuringLeaseWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease's unknown history (about 10 s): not in -short")
+	}
+	t.Parallel()
 	dir, env := ownStateEnv(t)
 	first := startServeEnv(t, env)
 	fetch(t, first, 10)
@@ -274,15 +322,13 @@ func TestServeStopsDuringLeaseWait(t *testing.T) {
 	p := spawnServe(t, env)
 	m := waitLog(t, p, waitingForStart, 20*time.Second)
 	nodes, start := m[1], m[2]
+	leaseStart, err := time.Parse(time.RFC3339, start)
+	if err != nil {
+		t.Fatalf("the notice's start=%s: %v", start, err)
+	}
 	t0 := time.Now()
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	code := exitWithin(t, p, 10*time.Second)
-	if took := time.Since(t0); took > 2*time.Second || code != 0 {
-		t.Fatalf("SIGTERM during the wait: exit %d after %v; logs:\n%s", code, took, p.logs.String())
-	}
-	if !strings.Contains(p.logs.String(), "stopped while waiting for node IDs") {
-		t.Errorf("logs of the stopped serve:\n%s", p.logs.String())
-	}
+	stoppedBefore(t, p, t0, leaseStart, 0, "stopped while waiting for node IDs")
 
 	q := spawnServe(t, env)
 	m = waitLog(t, q, leaseAcquired, 20*time.Second)
@@ -292,20 +338,29 @@ func TestServeStopsDuringLeaseWait(t *testing.T) {
 	t.Logf("stopped serve's lease started at %s, the next one's at %s", start, m[2])
 }
 
-// gen stops at an interrupt during the wait too, with status 1.
+// historyUnknown is the notice of a wait for a store whose history is
+// unknown, with the moment it ends.
+var historyUnknown = regexp.MustCompile(`msg="randflake: the history of the node IDs is unknown[^"]*" .*until=(\S+)`)
+
+// gen stops at an interrupt during the wait too, with status 1, before
+// the wait's end.
 func TestGenStopsDuringLeaseWait(t *testing.T) {
+	t.Parallel()
 	dir, env := ownStateEnv(t)
 	if r := runBinary(t, "", env, "gen"); r.code != 0 {
 		t.Fatalf("gen: %d %s", r.code, r.stderr)
 	}
 	os.Remove(filepath.Join(dir, "state"))
 	p := spawn(t, env, "gen", "-n", "5")
+	m := waitLog(t, p, historyUnknown, 10*time.Second)
+	until, err := time.Parse(time.RFC3339, m[1])
+	if err != nil {
+		t.Fatalf("the notice's until=%s: %v", m[1], err)
+	}
 	waitLog(t, p, regexp.MustCompile(`msg="still waiting for node IDs from the state directory"`), 10*time.Second)
 	t0 := time.Now()
 	p.cmd.Process.Signal(os.Interrupt)
-	if code := exitWithin(t, p, 10*time.Second); code != 1 || time.Since(t0) > 2*time.Second || !strings.Contains(p.logs.String(), "interrupted while waiting for node IDs") {
-		t.Errorf("gen after SIGINT: exit %d after %v; stderr:\n%s", code, time.Since(t0), p.logs.String())
-	}
+	stoppedBefore(t, p, t0, until, 1, "interrupted while waiting for node IDs")
 }
 
 // Secret and token files are read through ReadPrivateFile: a FIFO or a
@@ -328,8 +383,8 @@ func TestPrivateFilesAndWeakSecrets(t *testing.T) {
 	run := func(env []string, args ...string) result {
 		start := time.Now()
 		r := runBinaryTimeout(t, 20*time.Second, env, args...)
-		if took := time.Since(start); took > 10*time.Second {
-			t.Errorf("%v took %v", args, took)
+		if took, most := time.Since(start), within(10*time.Second); took > most {
+			t.Errorf("%v took %v, want at most %v (%s): a special file waited on?", args, took, most, slowness())
 		}
 		return r
 	}
@@ -372,14 +427,16 @@ func TestPrivateFilesAndWeakSecrets(t *testing.T) {
 
 func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
-// runBinaryTimeout is runBinary, killing the process after d.
+// runBinaryTimeout is runBinary, killing the process after d (stretched
+// by within).
 func runBinaryTimeout(t *testing.T, d time.Duration, env []string, args ...string) result {
 	t.Helper()
+	d = within(d)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	r := runBinaryContext(t, ctx, "", env, args...)
 	if ctx.Err() != nil {
-		t.Errorf("%v: killed after %v; stderr %q", args, d, r.stderr)
+		t.Errorf("%v: killed after %v (%s); stderr %q", args, d, slowness(), r.stderr)
 	}
 	return r
 }

@@ -303,26 +303,38 @@ func startProcess(t *testing.T, cmd *exec.Cmd) *serveProcess {
 	return p
 }
 
-// waitLog waits up to timeout for a line of p's standard error that
-// matches re and returns its submatches.
+// waitLog waits up to timeout (stretched by within) for a line of p's
+// standard error that matches re and returns its submatches.
 func waitLog(t *testing.T, p *serveProcess, re *regexp.Regexp, timeout time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	limit := within(timeout)
+	deadline := time.Now().Add(limit)
 	for {
 		if m := re.FindStringSubmatch(p.logs.String()); m != nil {
 			return m
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no log line matching %q within %v; logs:\n%s", re, timeout, p.logs.String())
+			t.Fatalf("no log line matching %q within %v (%s); logs:\n%s", re, limit, slowness(), p.logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+// startServe starts serve with secretEnv and args, and returns once it
+// answers /readyz.
 func startServe(t *testing.T, args ...string) *serveProcess {
 	t.Helper()
-	p := spawnServe(t, secretEnv, args...)
-	deadline := time.Now().Add(30 * time.Second)
+	return startServeEnv(t, secretEnv, args...)
+}
+
+// startServeEnv is startServe with env in place of secretEnv. The process
+// has startupTimeout (stretched by within) to log its address and answer
+// /readyz with 200.
+func startServeEnv(t *testing.T, env []string, args ...string) *serveProcess {
+	t.Helper()
+	p := spawnServe(t, env, args...)
+	limit := within(startupTimeout)
+	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		if m := addrRE.FindStringSubmatch(p.logs.String()); m != nil {
 			p.url = "http://" + m[1] + m[2]
@@ -332,18 +344,23 @@ func startServe(t *testing.T, args ...string) *serveProcess {
 	}
 	logs := p.logs
 	if p.url == "" {
-		t.Fatalf("serve did not start: %s", logs.String())
+		t.Fatalf("serve did not log its address within %v (%s): %s", limit, slowness(), logs.String())
 	}
+	var last string
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(p.url + "/readyz"); err == nil {
+		resp, err := http.Get(p.url + "/readyz")
+		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return p
 			}
+			last = resp.Status
+		} else {
+			last = err.Error()
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("serve not ready: %s", logs.String())
+	t.Fatalf("serve not ready within %v (%s; /readyz last: %s): %s", limit, slowness(), last, logs.String())
 	return nil
 }
 
@@ -570,13 +587,16 @@ func TestServeEndToEnd(t *testing.T) {
 	})
 
 	t.Run("load test", func(t *testing.T) {
+		// Bounded in requests, not time: a loaded machine completes them
+		// all, later.
+		const requests = 20
 		for _, batch := range []int{1, 100, 10000} {
-			rep, err := loadTest(context.Background(), loadConfig{URL: p.url, Batch: batch, Concurrency: 2, Duration: 500 * time.Millisecond, Verify: true})
+			rep, err := loadTest(context.Background(), loadConfig{URL: p.url, Batch: batch, Concurrency: 2, Requests: requests, Duration: within(30 * time.Second), Verify: true})
 			if err != nil {
 				t.Fatalf("batch %d: %v", batch, err)
 			}
-			if rep.IDs != rep.Requests*batch || rep.Requests == 0 {
-				t.Fatalf("batch %d: %+v", batch, rep)
+			if rep.Requests != requests || rep.IDs != requests*batch || rep.Deadline {
+				t.Fatalf("batch %d: %+v; want %d requests of %d IDs each, verified, before the deadline", batch, rep, requests, batch)
 			}
 			t.Logf("batch %5d: %.0f IDs/s, p99 %v", batch, rep.IDsPerSecond(), rep.percentile(99))
 		}
@@ -595,11 +615,14 @@ func TestServeHeaderTimeout(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprint(conn, "GET /v1/ids HTTP/1.1\r\nHost: x\r\n") // never finishes the head
-	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	// The read deadline is what the connection would stay open without
+	// the header timeout: well past it, however slow the machine.
+	limit := within(10 * time.Second)
+	conn.SetReadDeadline(time.Now().Add(limit))
 	start := time.Now()
 	b, err := io.ReadAll(conn)
-	if took := time.Since(start); err != nil || took > 10*time.Second || took < 500*time.Millisecond {
-		t.Fatalf("connection not closed by the 1s header timeout: %v after %v", err, took)
+	if took := time.Since(start); err != nil || took < 500*time.Millisecond {
+		t.Fatalf("connection not closed by the 1s header timeout: %v after %v (read deadline %v, %s)", err, took, limit, slowness())
 	}
 	if len(b) != 0 {
 		t.Fatalf("answer to an unfinished head: %q", b)

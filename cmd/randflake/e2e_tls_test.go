@@ -149,10 +149,11 @@ var opsAddrRE = regexp.MustCompile(`msg="serving operations" addr=(\S+)`)
 func startServeTLS(t *testing.T, env []string, args ...string) (*serveProcess, string) {
 	t.Helper()
 	p := spawnServe(t, append(slicesClone(secretEnv), env...), append([]string{"--ops-listen", "127.0.0.1:0"}, args...)...)
-	m := waitLog(t, p, addrRE, 30*time.Second)
+	m := waitLog(t, p, addrRE, startupTimeout)
 	p.url = "https://" + m[1] + m[2]
 	ops := "http://" + waitLog(t, p, opsAddrRE, 10*time.Second)[1]
-	deadline := time.Now().Add(30 * time.Second)
+	limit := within(startupTimeout)
+	deadline := time.Now().Add(limit)
 	for {
 		resp, err := http.Get(ops + "/readyz")
 		if err == nil {
@@ -162,7 +163,7 @@ func startServeTLS(t *testing.T, env []string, args ...string) (*serveProcess, s
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve not ready: %v\n%s", err, p.logs.String())
+			t.Fatalf("serve not ready within %v (%s): %v\n%s", limit, slowness(), err, p.logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -352,18 +353,19 @@ func servedSerial(t *testing.T, s *tlsSetup, url string) string {
 	return resp.TLS.PeerCertificates[0].SerialNumber.String()
 }
 
-// waitSerial waits up to 15 s until new connections get the certificate
-// of serial.
+// waitSerial waits up to 15 s (stretched by within) until new
+// connections get the certificate of serial.
 func waitSerial(t *testing.T, s *tlsSetup, p *serveProcess, serial string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	limit := within(15 * time.Second)
+	deadline := time.Now().Add(limit)
 	for {
 		got := servedSerial(t, s, p.url)
 		if got == serial {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("new connections still get certificate %s, not %s, 15 s later; logs:\n%s", got, serial, p.logs.String())
+			t.Fatalf("new connections still get certificate %s, not %s, %v later (%s); logs:\n%s", got, serial, limit, slowness(), p.logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -447,9 +449,10 @@ func TestServeCertificateRotation(t *testing.T) {
 	} {
 		before := strings.Count(p.logs.String(), "TLS files not reloaded")
 		c.do()
-		for deadline := time.Now().Add(10 * time.Second); strings.Count(p.logs.String(), "TLS files not reloaded") == before; time.Sleep(50 * time.Millisecond) {
+		limit := within(10 * time.Second)
+		for deadline := time.Now().Add(limit); strings.Count(p.logs.String(), "TLS files not reloaded") == before; time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: no failed reload logged within 10 s; logs:\n%s", c.name, p.logs.String())
+				t.Fatalf("%s: no failed reload logged within %v (%s); logs:\n%s", c.name, limit, slowness(), p.logs.String())
 			}
 		}
 		lines := regexp.MustCompile(`level=WARN msg="TLS files not reloaded; the current certificate stays" trigger="file change" err=.*`).FindAllString(p.logs.String(), -1)
@@ -590,8 +593,8 @@ func TestServeTLSRefused(t *testing.T) {
 	} {
 		start := time.Now()
 		r := runBinaryTimeout(t, 30*time.Second, secretEnv, append([]string{"serve", "--nodes", "0-9"}, c.args...)...)
-		if took := time.Since(start); took > 10*time.Second {
-			t.Errorf("serve %q took %v", c.args, took)
+		if took, most := time.Since(start), within(10*time.Second); took > most {
+			t.Errorf("serve %q took %v, want at most %v (%s): a special file waited on?", c.args, took, most, slowness())
 		}
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("serve %q: exit %d, %q; want exit %d and %q", c.args, r.code, r.stderr, c.code, c.want)

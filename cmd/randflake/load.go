@@ -32,8 +32,10 @@ into a counting sink through a reused buffer instead: its status,
 Content-Type, length (Content-Length when sent) and number of IDs are
 checked, so that the load generator costs little.
 
-Bounds. The run ends within --duration (at most 60s) plus a second:
-requests still in flight at the deadline are cancelled and not counted.
+Bounds. The run ends at --duration (at most 60s): the requests still in
+flight then are cancelled, and the run waits for them to stop before it
+reports, so that none outlives it; they are not counted, and the report
+says how many there were.
 --concurrency is at most 1024. Memory is bounded whatever the run's
 length or the answers' size: latencies are kept in a histogram
 (percentiles within 1%, the maximum exact), and answers are read as they
@@ -53,15 +55,13 @@ runs HTTP/1.1, one connection per --concurrency as in plain HTTP, so that
 the two compare. --token-file is a private file holding the bearer token
 for a service with --issue-tokens-file. A 429 answer (over the client's
 share) is counted and waited out as its Retry-After asks, as is a 503 of
-kind exhausted.`
+kind exhausted (the second's IDs used up) or busy (the service's budget
+of answers in flight full).`
 
 // Load's bounds (see loadUsage).
 const (
 	maxLoadConcurrency = 1024
 	maxLoadDuration    = time.Minute
-	// deadlineGrace is how long the run waits, after its deadline, for
-	// its workers to notice; it then reports without the stragglers.
-	deadlineGrace = 500 * time.Millisecond
 )
 
 // loadCmd is randflake load: a bounded load test of randflake serve.
@@ -99,41 +99,9 @@ func (c *loadCmd) run(e *env, args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	u, err := url.Parse(c.url)
-	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
-		return usagef("--url must be an http or https URL")
-	}
-	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
-		return usagef("--url must point at this machine (127.0.0.1, localhost or ::1)")
-	}
-	if c.batch < 1 || c.duration <= 0 || c.duration > maxLoadDuration || c.requests < 0 || c.rate < 0 {
-		return usagef("--batch must be positive, --duration in (0, 60s], --requests and --rate not negative")
-	}
-	if c.concurrency < 1 || c.concurrency > maxLoadConcurrency {
-		return usagef("--concurrency must be between 1 and %d", maxLoadConcurrency)
-	}
-	if c.format != "json" && c.format != "text" && c.format != "binary" {
-		return usagef("--format must be json, text or binary")
-	}
-	if (c.cert == "") != (c.key == "") {
-		return usagef("--cert and --key go together")
-	}
-	if u.Scheme != "https" && (c.caCert != "" || c.cert != "") {
-		return usagef("--cacert, --cert and --key need an https --url")
-	}
-	cfg := loadConfig{
-		URL: u.String(), Format: c.format, Batch: c.batch, Concurrency: c.concurrency,
-		Duration: c.duration, Requests: c.requests, Rate: c.rate, Verify: c.verify,
-	}
-	if u.Scheme == "https" {
-		if cfg.TLS, err = clientTLS(c.caCert, c.cert, c.key); err != nil {
-			return err
-		}
-	}
-	if c.tokenFile != "" {
-		if cfg.Token, err = readLoadToken(c.tokenFile); err != nil {
-			return err
-		}
+	cfg, err := c.config()
+	if err != nil {
+		return err
 	}
 	rep, err := loadTest(context.Background(), cfg)
 	if err != nil {
@@ -141,6 +109,47 @@ func (c *loadCmd) run(e *env, args []string) error {
 	}
 	fmt.Fprint(e.stdout, rep)
 	return nil
+}
+
+// config checks the flags and returns the load test they ask for.
+func (c *loadCmd) config() (loadConfig, error) {
+	u, err := url.Parse(c.url)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
+		return loadConfig{}, usagef("--url must be an http or https URL")
+	}
+	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
+		return loadConfig{}, usagef("--url must point at this machine (127.0.0.1, localhost or ::1)")
+	}
+	if c.batch < 1 || c.duration <= 0 || c.duration > maxLoadDuration || c.requests < 0 || c.rate < 0 {
+		return loadConfig{}, usagef("--batch must be positive, --duration in (0, 60s], --requests and --rate not negative")
+	}
+	if c.concurrency < 1 || c.concurrency > maxLoadConcurrency {
+		return loadConfig{}, usagef("--concurrency must be between 1 and %d", maxLoadConcurrency)
+	}
+	if c.format != "json" && c.format != "text" && c.format != "binary" {
+		return loadConfig{}, usagef("--format must be json, text or binary")
+	}
+	if (c.cert == "") != (c.key == "") {
+		return loadConfig{}, usagef("--cert and --key go together")
+	}
+	if u.Scheme != "https" && (c.caCert != "" || c.cert != "") {
+		return loadConfig{}, usagef("--cacert, --cert and --key need an https --url")
+	}
+	cfg := loadConfig{
+		URL: u.String(), Format: c.format, Batch: c.batch, Concurrency: c.concurrency,
+		Duration: c.duration, Requests: c.requests, Rate: c.rate, Verify: c.verify,
+	}
+	if u.Scheme == "https" {
+		if cfg.TLS, err = clientTLS(c.caCert, c.cert, c.key); err != nil {
+			return loadConfig{}, err
+		}
+	}
+	if c.tokenFile != "" {
+		if cfg.Token, err = readLoadToken(c.tokenFile); err != nil {
+			return loadConfig{}, err
+		}
+	}
+	return cfg, nil
 }
 
 // loadConfig is a load test, checked.
@@ -169,10 +178,22 @@ type loadReport struct {
 	Requests int               // requests completed
 	Refused  int               // 503 answers of kind exhausted, waited out
 	Quota    int               // 429 answers (over the client's share), waited out
+	Busy     int               // 503 answers of kind busy, waited out
 	IDs      int               // IDs received
 	Bytes    int64             // body bytes received
 	Elapsed  time.Duration     // the run's duration
 	Latency  *latencyHistogram // of every request completed
+	// Deadline says the run ended at its deadline (its Duration, or the
+	// caller's context), which cancelled the context of every request
+	// still in flight; otherwise its requests were all made, or one
+	// failed.
+	Deadline bool
+	// Cancelled is the requests in flight at the deadline: cancelled,
+	// waited for, and not counted.
+	Cancelled int
+	// Unfinished is the requests still in flight when the report was
+	// made: none, since the run waits for its workers to stop.
+	Unfinished int
 }
 
 // percentile returns the latency below which p percent of the requests
@@ -206,6 +227,12 @@ func (r loadReport) String() string {
 	if r.Quota > 0 {
 		checked += fmt.Sprintf("; %d requests over the client's share (429)", r.Quota)
 	}
+	if r.Busy > 0 {
+		checked += fmt.Sprintf("; %d requests refused busy: the service's answers in flight at its budget", r.Busy)
+	}
+	if r.Cancelled > 0 {
+		checked += fmt.Sprintf("; %d requests in flight at the deadline, cancelled", r.Cancelled)
+	}
 	return fmt.Sprintf("%s, batch %d: requests %d, IDs %d (%s), %.2fs\nthroughput %.0f IDs/s, %.0f requests/s%s\nlatency p50 %v, p90 %v, p99 %v, max %v\n",
 		r.Format, r.Batch, r.Requests, r.IDs, checked, r.Elapsed.Seconds(),
 		r.IDsPerSecond(), r.RequestsPerSecond(), mbps,
@@ -214,9 +241,12 @@ func (r loadReport) String() string {
 }
 
 // loadTest runs the load and, if cfg.Verify, checks the IDs for
-// duplicates (see dupWindow). It returns within cfg.Duration plus
-// deadlineGrace and a little: requests in flight at the deadline are
-// cancelled.
+// duplicates (see dupWindow). At cfg.Duration (or when ctx ends) the
+// requests in flight are cancelled, and loadTest returns once every
+// worker has stopped: no request of the run outlives it. Every step of a
+// worker sees the deadline at once: the request and the reading of its
+// answer go by the run's context, and decoding looks at it every
+// sinkChunk bytes.
 func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	if cfg.Format == "" {
 		cfg.Format = "json"
@@ -244,30 +274,18 @@ func loadTest(ctx context.Context, cfg loadConfig) (loadReport, error) {
 	for range cfg.Concurrency {
 		wg.Go(func() { r.worker(ctx) })
 	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		// Workers see the deadline at once, but one may be inside a step
-		// that does not (decoding a large answer): the run does not wait
-		// for it past deadlineGrace. Its result is not counted.
-		select {
-		case <-done:
-		case <-time.After(deadlineGrace):
-		}
-	}
+	// At the deadline ctx cancels the requests in flight, and the
+	// workers stop: they are waited for.
+	wg.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.over = true
-	rep := loadReport{Format: cfg.Format, Batch: cfg.Batch, Verified: cfg.Verify, Elapsed: time.Since(r.start), Latency: r.lat}
+	rep := loadReport{Format: cfg.Format, Batch: cfg.Batch, Verified: cfg.Verify, Elapsed: time.Since(r.start), Latency: r.lat,
+		Deadline: ctx.Err() != nil, Cancelled: r.cancelled, Unfinished: r.inFlight}
 	if r.err != nil {
 		return rep, r.err
 	}
-	rep.Requests, rep.IDs, rep.Bytes, rep.Refused, rep.Quota = r.requests, r.count, r.bytes, r.refused, r.quota
+	rep.Requests, rep.IDs, rep.Bytes, rep.Refused, rep.Quota, rep.Busy = r.requests, r.count, r.bytes, r.refused, r.quota, r.busy
 	if rep.Requests == 0 {
 		return rep, fmt.Errorf("no request completed within %v (%d connections sharing the answers of %d IDs each: fewer connections or a longer --duration complete some)",
 			cfg.Duration, cfg.Concurrency, cfg.Batch)
@@ -284,15 +302,18 @@ type loadRun struct {
 	start  time.Time
 	lat    *latencyHistogram
 
-	mu       sync.Mutex
-	over     bool  // the report is made: nothing more is counted
-	requests int   // requests completed
-	count    int   // IDs received
-	refused  int   // 503 answers of kind exhausted
-	quota    int   // 429 answers
-	bytes    int64 // body bytes received
-	sent     int   // requests started
-	err      error // the first failure
+	mu        sync.Mutex
+	over      bool  // the report is made: nothing more is counted
+	requests  int   // requests completed
+	count     int   // IDs received
+	refused   int   // 503 answers of kind exhausted
+	quota     int   // 429 answers
+	busy      int   // 503 answers of kind busy
+	bytes     int64 // body bytes received
+	sent      int   // requests started
+	err       error // the first failure
+	inFlight  int   // requests being made: started, not returned
+	cancelled int   // requests in flight at the deadline, not counted
 }
 
 // worker makes requests until the run is over.
@@ -311,8 +332,11 @@ func (r *loadRun) worker(ctx context.Context) {
 			}
 		}
 		t0 := time.Now()
+		if !r.begin(ctx) {
+			return
+		}
 		n, b, err := fetch()
-		if ctx.Err() != nil {
+		if r.end(ctx) {
 			return // the run's time is up: an interrupted request is not an error
 		}
 		if exhausted(err) {
@@ -325,8 +349,13 @@ func (r *loadRun) worker(ctx context.Context) {
 			continue
 		}
 		if wait, ok := overQuota(err); ok {
-			// Over this client's share: counted, and waited out.
-			r.record(func() { r.quota++ })
+			// Over this client's share, or the service's answers in
+			// flight at its budget: counted, and waited out.
+			if _, busy := err.(busyError); busy {
+				r.record(func() { r.busy++ })
+			} else {
+				r.record(func() { r.quota++ })
+			}
 			select {
 			case <-time.After(wait):
 			case <-ctx.Done():
@@ -346,6 +375,32 @@ func (r *loadRun) worker(ctx context.Context) {
 			r.bytes += b
 		})
 	}
+}
+
+// begin counts a request in flight, unless the run is past its
+// deadline.
+func (r *loadRun) begin(ctx context.Context) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ctx.Err() != nil {
+		return false
+	}
+	r.inFlight++
+	return true
+}
+
+// end counts a request no longer in flight, and reports whether the
+// run's deadline came while it was: then it was cancelled, and it is
+// counted as such rather than by what it received.
+func (r *loadRun) end(ctx context.Context) (cancelled bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inFlight--
+	if ctx.Err() != nil {
+		r.cancelled++
+		return true
+	}
+	return false
 }
 
 // record runs f, which counts into the run, unless the report is made.
@@ -431,9 +486,11 @@ func (c *counter) fetch() (int, int64, error) {
 		if resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(body, []byte(`"kind":"exhausted"`)) {
 			return 0, 0, errExhausted
 		}
+		if resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(body, []byte(`"kind":"busy"`)) {
+			return 0, 0, busyError{quotaError{retryAfter(resp)}}
+		}
 		if resp.StatusCode == http.StatusTooManyRequests {
-			secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-			return 0, 0, quotaError{time.Duration(max(secs, 1)) * time.Second}
+			return 0, 0, quotaError{retryAfter(resp)}
 		}
 		return 0, 0, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
 	}
@@ -501,11 +558,31 @@ func (e quotaError) Error() string {
 	return fmt.Sprintf("429: over the client's share; retry after %v", e.wait)
 }
 
-// overQuota reports whether err is a 429 answer, and how long it asks to
-// wait (at most 10 s, as package client waits).
+// busyError is a 503 answer of kind busy: the service's answers in
+// flight hold its memory budget; retry after wait.
+type busyError struct{ quotaError }
+
+// Error says how long to wait.
+func (e busyError) Error() string {
+	return fmt.Sprintf("503: busy; retry after %v", e.wait)
+}
+
+// retryAfter is the wait an answer's Retry-After asks for: whole
+// seconds, at least one.
+func retryAfter(resp *http.Response) time.Duration {
+	secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	return time.Duration(max(secs, 1)) * time.Second
+}
+
+// overQuota reports whether err is a 429 answer or a 503 of kind busy,
+// and how long it asks to wait (at most 10 s, as package client waits).
 func overQuota(err error) (time.Duration, bool) {
 	var qe quotaError
-	if errors.As(err, &qe) {
+	var be busyError
+	switch {
+	case errors.As(err, &be):
+		return min(be.wait, 10*time.Second), true
+	case errors.As(err, &qe):
 		return min(qe.wait, 10*time.Second), true
 	}
 	return 0, false
