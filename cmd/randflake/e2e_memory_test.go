@@ -38,8 +38,14 @@ const (
 // and the TLS setup.
 func memoryServe(t *testing.T, args ...string) (*serveProcess, string, *tlsSetup) {
 	t.Helper()
+	return memoryServeIn(t, t.TempDir(), args...)
+}
+
+// memoryServeIn is memoryServe with the tokens file in dir, as dir/tokens.
+func memoryServeIn(t *testing.T, dir string, args ...string) (*serveProcess, string, *tlsSetup) {
+	t.Helper()
 	s := newTLSSetup(t)
-	tokens := filepath.Join(t.TempDir(), "tokens")
+	tokens := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(tokens, []byte("attacker "+attackerToken+"\nhonest "+honestToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

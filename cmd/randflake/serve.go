@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/cmd/randflake/internal/server"
 	"github.com/randflake/randflake/statedir"
@@ -45,7 +46,9 @@ TLS 1.2 or later, HTTP/2 or HTTP/1.1 by ALPN. --tls-client-ca-file requires
 client certificates signed by its CAs (mutual TLS). The files are read
 again on SIGHUP and whenever their content changes (checked every 2 s), a
 new certificate serving new connections while open ones go on; a reload
-that fails keeps the current files and logs why.
+that fails keeps the current files, logs why and counts in
+randflake_reload_failures_total, as does a new certificate expired or not
+yet valid, which never replaces a valid one.
 --ops-listen ADDR serves /healthz, /readyz and /metrics, and nothing else,
 in plain HTTP on a second address, for probes and Prometheus when the main
 one needs TLS or client certificates; /metrics then leaves the main address.
@@ -265,12 +268,18 @@ func (cfg *serveConfig) run(ctx context.Context, e *env, hup <-chan os.Signal) e
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry() // the server's, with the reloads' failures
+	failures, err := newReloadFailures(reg)
+	if err != nil {
+		return err
+	}
 	var reload []reloadable
 	var tlsf *tlsFiles
 	if cfg.tlsCert != "" {
 		if tlsf, err = loadTLSFiles(cfg.tlsCert, cfg.tlsKey, cfg.tlsClientCA, cfg.log); err != nil {
 			return err
 		}
+		tlsf.failures = failures
 		reload = append(reload, tlsf)
 	}
 	var tokensFile *issueTokensFile
@@ -278,6 +287,7 @@ func (cfg *serveConfig) run(ctx context.Context, e *env, hup <-chan os.Signal) e
 		if tokensFile, cfg.server.IssueTokens, err = loadIssueTokens(cfg.issueTokens, cfg.log); err != nil {
 			return err
 		}
+		tokensFile.failures = failures
 		reload = append(reload, tokensFile)
 	}
 	wctx, stopWatching := context.WithCancel(context.Background())
@@ -297,6 +307,7 @@ func (cfg *serveConfig) run(ctx context.Context, e *env, hup <-chan os.Signal) e
 	defer g.Close()
 
 	sc := cfg.server
+	sc.Registry = reg
 	sc.Generator, sc.LeaseEnd, sc.InspectToken = g, g.LeaseEnd, token
 	sc.LeaseNodes, sc.LeaseRenewals = g.Nodes, g.Renewals
 	srv, err := server.New(sc)

@@ -23,7 +23,11 @@ import (
 // served from the next handshake on. Connections already open keep the
 // certificate they were made with. A reload that fails (a file missing or
 // unreadable, a key that does not match, a CA file without certificates)
-// keeps the current configuration and logs why.
+// keeps the current configuration, logs why and counts in
+// randflake_reload_failures_total. So does a new certificate that is
+// expired or not yet valid while the current one is valid: every
+// verifying client would fail with it (at start, with nothing to keep,
+// it is served with a warning).
 //
 // The certificate and CA files need not be secret, but must be trusted:
 // they are read with statedir.ReadPublicFile; the key is a private file,
@@ -38,6 +42,8 @@ const maxPEMFile = 1 << 20
 type tlsFiles struct {
 	certFile, keyFile, caFile string
 	log                       *slog.Logger
+	failures                  *reloadFailures // nil counts nothing
+	now                       func() time.Time
 
 	current atomic.Pointer[tls.Config] // what handshakes get now
 
@@ -49,7 +55,7 @@ type tlsFiles struct {
 
 // loadTLSFiles reads the files and makes the first configuration.
 func loadTLSFiles(certFile, keyFile, caFile string, log *slog.Logger) (*tlsFiles, error) {
-	f := &tlsFiles{certFile: certFile, keyFile: keyFile, caFile: caFile, log: log}
+	f := &tlsFiles{certFile: certFile, keyFile: keyFile, caFile: caFile, log: log, now: time.Now}
 	cfg, digest, err := f.read()
 	if err != nil {
 		return nil, err
@@ -87,11 +93,23 @@ func (f *tlsFiles) reload(trigger string, force bool) {
 			f.log.Warn("TLS files not reloaded; the current certificate stays", "trigger", trigger, "err", err)
 		}
 		f.failed, f.failing = key, true
+		f.failures.failed(reloadTLS, reasonError)
 	case digest == f.loaded:
 		f.failing = false
 		if force {
 			f.log.Info("TLS files unchanged", "trigger", trigger)
 		}
+	case !validNow(cfg, f.now()) && validNow(f.current.Load(), f.now()):
+		// A valid certificate is never swapped for one that every
+		// verifying client refuses.
+		leaf, cur := cfg.Certificates[0].Leaf, f.current.Load().Certificates[0].Leaf
+		if force || !f.failing || digest != f.failed {
+			f.log.Error("TLS certificate not reloaded: the new one is not valid now; the current one stays", "trigger", trigger,
+				"not_before", leaf.NotBefore.UTC().Format(time.RFC3339), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339),
+				"subject", leaf.Subject.String(), "current_not_after", cur.NotAfter.UTC().Format(time.RFC3339))
+		}
+		f.failed, f.failing = digest, true
+		f.failures.failed(reloadTLS, reasonValidity)
 	default:
 		f.current.Store(cfg)
 		f.loaded, f.failing = digest, false
@@ -109,8 +127,9 @@ func failureKey(digest [sha256.Size]byte, err error) [sha256.Size]byte {
 }
 
 // logLoaded logs what cfg serves, and warns of a certificate out of its
-// validity period (which is served all the same: refusing it would
-// rather keep one that is as old or older).
+// validity period: served all the same at start, with nothing to keep,
+// or in place of a current one that is not valid either (reload refuses
+// it for a valid one).
 func (f *tlsFiles) logLoaded(msg string, cfg *tls.Config, trigger string) {
 	leaf := cfg.Certificates[0].Leaf
 	attrs := []any{"subject", leaf.Subject.String(), "dns_names", strings.Join(leaf.DNSNames, ","),
@@ -123,6 +142,13 @@ func (f *tlsFiles) logLoaded(msg string, cfg *tls.Config, trigger string) {
 		f.log.Warn("the TLS certificate is not valid now", "not_before", leaf.NotBefore.UTC().Format(time.RFC3339),
 			"not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
+}
+
+// validNow reports whether cfg's certificate is within its validity
+// period at now.
+func validNow(cfg *tls.Config, now time.Time) bool {
+	leaf := cfg.Certificates[0].Leaf
+	return !now.Before(leaf.NotBefore) && !now.After(leaf.NotAfter)
 }
 
 // read reads the files and makes a configuration of them. The digest

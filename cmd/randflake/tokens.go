@@ -14,17 +14,18 @@ import (
 // TOKEN" a line (server.IssueTokens has the format). It is a private file,
 // read with the checks of the secret file, at start and again on SIGHUP
 // and whenever its content changes (reload.go). A reload that fails keeps
-// the clients of the last good content and logs why; no message holds a
-// token.
+// the clients of the last good content, logs why and counts in
+// randflake_reload_failures_total; no message holds a token.
 
 // maxTokensFile bounds the issue tokens file.
 const maxTokensFile = 1 << 20
 
 // issueTokensFile is the issue tokens file of a running serve.
 type issueTokensFile struct {
-	path string
-	log  *slog.Logger
-	set  func(*server.IssueTokens) // makes new tokens current
+	path     string
+	log      *slog.Logger
+	set      func(*server.IssueTokens) // makes new tokens current
+	failures *reloadFailures           // nil counts nothing
 
 	mu      sync.Mutex
 	loaded  [sha256.Size]byte // digest of the content of the current tokens
@@ -72,6 +73,7 @@ func (f *issueTokensFile) reload(trigger string, force bool) {
 			f.log.Warn("issue tokens not reloaded; the current clients stay", "trigger", trigger, "err", err)
 		}
 		f.failed, f.failing = key, true
+		f.failures.failed(reloadTokens, reasonError)
 	case digest == f.loaded:
 		f.failing = false
 		if force {
