@@ -100,6 +100,22 @@ func newSource(t *testing.T, b *leasetest.MemBackend, o leasetest.MemOptions, bl
 	return src, h
 }
 
+// renewFor renews l every 100 ms for d and returns the last renewal, as a
+// holder keeps a claim that lapses 1.5 s after its last renewal alive: a
+// loaded machine that delays a renewal by less than the TTL does not let
+// it lapse (as it would one renewal after a sleep of most of the TTL).
+func renewFor(t *testing.T, ctx context.Context, src *randflake.BlockSource, l randflake.Lease, d time.Duration) randflake.Lease {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < d; {
+		time.Sleep(max(min(100*time.Millisecond, d-time.Since(start)), time.Millisecond))
+		var err error
+		if l, err = src.Renew(ctx, l); err != nil {
+			t.Fatalf("renewal %v after the first: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+	}
+	return l
+}
+
 // ctxFor returns a context for a budget of d on idle cores: its deadline
 // is d stretched by how much slower the test runs, so that it ends only a
 // call that never returns. (A deadline meant to expire is set directly.)
@@ -365,12 +381,7 @@ func TestBlockSourceGoesBackUnderHolder(t *testing.T) {
 			}
 			// Renew until the claim in the copy has lapsed (1.5 s after
 			// the claim).
-			for _, d := range []time.Duration{time.Second, 700 * time.Millisecond} {
-				time.Sleep(d)
-				if l, err = src.Renew(ctx, l); err != nil {
-					t.Fatal(err)
-				}
-			}
+			l = renewFor(t, ctx, src, l, 1700*time.Millisecond)
 			from := time.Now().Unix() // the history is unknown from the fault on
 			c.fault(b, saved)
 			_, err = src.Renew(ctx, l)
@@ -438,9 +449,18 @@ func TestBlockSourceResetHistoryKeepsHolders(t *testing.T) {
 	if err := op.ResetHistory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	if l2, err := holder.Renew(ctx, l); err != nil || l2.End <= l.End {
-		t.Errorf("the holder's renewal after ResetHistory: %v, %v; want it renewed past %d", l2, err, l.End)
+	// The holder renews as usual (every 100 ms here, well within its
+	// 1.5 s TTL), its end moving on with the clock.
+	slow := slowdown.Start()
+	for start, l2 := time.Now(), l; l2.End <= l.End; {
+		time.Sleep(100 * time.Millisecond)
+		var err error
+		if l2, err = holder.Renew(ctx, l2); err != nil {
+			t.Fatalf("the holder's renewal %v after ResetHistory: %v; want it renewed past %d", time.Since(start), err, l.End)
+		}
+		if limit := slow.Stretch(3 * time.Second); time.Since(start) > limit && l2.End <= l.End {
+			t.Fatalf("the holder's renewals for %v after ResetHistory left its end at %d, want it past %d (%s)", limit, l2.End, l.End, slow)
+		}
 	}
 	next, _ := newSource(t, b, lapsing, 1)
 	ln, err := next.Acquire(ctx)
@@ -649,12 +669,7 @@ func TestBlockSourceRewoundOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("claimed again after %v", time.Since(start).Round(10*time.Millisecond))
-	for range 3 {
-		time.Sleep(700 * time.Millisecond)
-		if l, err = src.Renew(ctx, l); err != nil {
-			t.Fatalf("renewal after the loss was recorded: %v", err)
-		}
-	}
+	l = renewFor(t, ctx, src, l, 2100*time.Millisecond) // renewals after the loss was recorded
 	if err := src.Release(ctx, l, 0); err != nil {
 		t.Fatal(err)
 	}
