@@ -188,10 +188,11 @@ func (s *Store) labels() map[string]string {
 // was not done in time, and the bound.
 //
 //   - For a held claim (a renewal, each attempt of a step recording a
-//     promise or a release): until the claim could lapse on another
-//     holder's clock (its last renewal plus the TTL, less twice the clock
-//     allowance), the time in which a slow API server's answer still
-//     keeps it; and at least a third of the TTL, for an attempt begun
+//     promise or a release, which renews the claim between attempts
+//     when they collide for long): until the claim could lapse on
+//     another holder's clock (its last renewal plus the TTL, less twice
+//     the clock allowance), the time in which a slow API server's answer
+//     still keeps it; and at least a third of the TTL, for one begun
 //     later, after failures, which may still find the claim its own.
 //   - For a claim (no lease runs yet): a TTL per attempt of the step.
 //   - For freeing the claims of a step that did not commit: a third of
@@ -331,23 +332,38 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 	if c == nil && !all {
 		return held, errors.New("kubelease: internal error: a step on no blocks")
 	}
+	what := fmt.Sprintf("a step on the leases of %s/%s", s.ns, s.name)
+	if c != nil {
+		what = fmt.Sprintf("a step on the claim of node IDs %d-%d in %s/%s", c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns, s.name)
+	}
+	var took time.Duration // the last attempt's
 	for step := 0; step < maxSteps; step++ {
 		if step > 0 {
 			// Steps that collided on the fleet object try again at
-			// random moments, not all at once.
-			if err := sleepCtx(ctx, time.Duration(mrand.Int64N(int64(step)*int64(50*time.Millisecond)))); err != nil {
-				return held, err
+			// random moments, not all at once: spread over as long as
+			// an attempt takes, so that on a slow API server they do
+			// not meet again.
+			spread := max(time.Duration(step)*50*time.Millisecond, took)
+			if err := sleepCtx(ctx, time.Duration(mrand.Int64N(int64(spread)))); err != nil {
+				return held, fmt.Errorf("kubelease: %s: %w", what, context.Cause(ctx))
+			}
+			// A held claim's renewals wait for its steps: one that
+			// collides again and again with others' commits renews the
+			// claim itself between its attempts, so that the claim
+			// does not lapse meanwhile.
+			if c != nil && s.now().Sub(c.renewedAt()) > s.ttl/3 {
+				if _, err := s.Renew(ctx, c); err != nil {
+					return held, err
+				}
 			}
 		}
 		// Each attempt has its own deadline: a step that waited for
 		// others' commits is not cut short for it.
-		what := fmt.Sprintf("a step on the leases of %s/%s", s.ns, s.name)
-		if c != nil {
-			what = fmt.Sprintf("a step on the claim of node IDs %d-%d in %s/%s", c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns, s.name)
-		}
 		sctx, cancel := s.bound(ctx, what, c)
+		began := time.Now()
 		res, again, err := s.attempt(sctx, c, held, all, fn)
 		cancel()
+		took = time.Since(began)
 		if !again {
 			return res, err
 		}
@@ -432,6 +448,13 @@ func (s *Store) attempt(ctx context.Context, c *storeClaim, held randflake.Store
 		claimedAt = s.now()
 		for _, f := range ch.Claim {
 			l, err := s.claim(ctx, f, sn.blocks[f], fresh.identity)
+			if errors.Is(err, randflake.ErrBlockHeld) {
+				// Changed since the list (another claimant took it
+				// first, or its holder renewed it): the step runs again
+				// on a new list, as after a commit that lost.
+				s.undo(undo)
+				return held, true, nil
+			}
 			if err != nil {
 				s.undo(undo)
 				return held, false, err
@@ -819,9 +842,9 @@ func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string,
 // Renew renews the claim: for each of its blocks' objects, an update of
 // renewTime conditioned on the resource version this store last wrote,
 // or, if the object changed since, on the one a read then finds; all
-// within the bound of a held claim (see timeout). It checks this machine's clock against the API
-// server's Date header, and reports the resource version of the last
-// update as the store's position. A claim whose object is gone or names
+// within the bound of a held claim (see timeout). It checks this
+// machine's clock against the API server's Date header, and reports the
+// resource version of the last update as the store's position. A claim whose object is gone or names
 // another holder is ErrLeaseLost, reported with the identity and position
 // a list then finds (if the server answers it), so that a claim lost to a
 // restored etcd is known as the rollback it is.
