@@ -150,18 +150,24 @@ func (s *Server) identify(w *recorder, r *http.Request) (caller, bool) {
 	return caller{stats: s.clients.other}, true
 }
 
-// bearerToken returns the token of an Authorization header's values: one
-// value, "Bearer" (in any case), one space or more, the token.
+// bearerToken returns the token of an Authorization header's values, by
+// one rule for every endpoint (issuing and inspection) and protocol: one
+// value; whitespace (spaces, tabs) around it ignored, as HTTP/1.1's
+// parser drops it and HTTP/2 hands it over (RFC 9110 excludes it from
+// the value); the scheme "Bearer" in any case; one space or more; the
+// token, a b64token (RFC 6750: no space inside it). Anything else is no
+// token.
 func bearerToken(values []string) (string, bool) {
 	if len(values) != 1 {
 		return "", false
 	}
-	scheme, token, ok := strings.Cut(values[0], " ")
+	v := strings.Trim(values[0], " \t")
+	scheme, token, ok := strings.Cut(v, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
 	token = strings.TrimLeft(token, " ")
-	return token, token != ""
+	return token, isBearerToken([]byte(token))
 }
 
 // certIdentity returns the identity of the request's verified client

@@ -61,6 +61,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -121,8 +122,9 @@ type Config struct {
 	// many were left out). Nil discards them.
 	Logger *slog.Logger
 	// AccessLog, if set, receives one line per request: method, path
-	// (never the query string), status, body bytes, duration and remote
-	// address.
+	// (never the query string), status, body bytes, duration, remote
+	// address and the named client; the path and the client are cut at
+	// 256 bytes (boundField).
 	AccessLog *slog.Logger
 	// LeaseNodes, if set, returns the current lease's node range, for
 	// the randflake_lease_first_node and _last_node metrics.
@@ -636,8 +638,7 @@ func (s *Server) inspect(w *recorder, r *http.Request, raw string) {
 		s.fail(w, http.StatusNotFound, KindNotFound, "inspection is disabled")
 		return
 	}
-	auth := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
+	token, ok := bearerToken(r.Header["Authorization"]) // the rule of issuing (clients.go)
 	if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.InspectToken)) != 1 {
 		w.Header().Set("WWW-Authenticate", wwwAuthenticate)
 		s.fail(w, http.StatusUnauthorized, KindUnauthorized, "a valid bearer token is required")
@@ -691,21 +692,33 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-// maxLoggedPath bounds the path in access-log lines.
+// maxLoggedPath bounds the path in access-log lines, and every other
+// field a client chooses (the client's name, from a certificate's common
+// name of any length): boundField.
 const maxLoggedPath = 256
+
+// boundField returns v cut to maxLoggedPath bytes (at a character's
+// start), with "…" when it was cut.
+func boundField(v string) string {
+	if len(v) <= maxLoggedPath {
+		return v
+	}
+	i := maxLoggedPath
+	for i > 0 && !utf8.RuneStart(v[i]) {
+		i--
+	}
+	return v[:i] + "…"
+}
 
 func (s *Server) logAccess(rec *recorder, method, path, remote string, d time.Duration) {
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK
 	}
-	if len(path) > maxLoggedPath {
-		path = path[:maxLoggedPath] + "…"
-	}
-	attrs := []any{"method", method, "path", path, "status", status, "bytes", rec.bytes,
+	attrs := []any{"method", method, "path", boundField(path), "status", status, "bytes", rec.bytes,
 		"duration", d, "remote", remote}
 	if rec.client != "" {
-		attrs = append(attrs, "client", rec.client)
+		attrs = append(attrs, "client", boundField(rec.client))
 	}
 	if rec.kind != "" {
 		attrs = append(attrs, "kind", rec.kind)
