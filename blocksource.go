@@ -118,8 +118,8 @@ func NewBlockSource(store BlockStore, cfg BlockSourceConfig) (*BlockSource, erro
 	if cfg.Horizon > 0 && s.info.Promise > cfg.Horizon {
 		// Rule 13: after a wipe every member waits the horizon only; a
 		// longer promise could still be running then.
-		return nil, fmt.Errorf("randflake: %s: this process would promise %v ahead, beyond the fleet's horizon of %v: after a wipe of the store the other members wait only the horizon, so its node IDs could be used twice; raise the horizon on every member first (or shorten this one's TTL)",
-			s.info.Name, s.info.Promise, cfg.Horizon)
+		return nil, fmt.Errorf("%w: %s: this process would promise %v ahead, beyond the fleet's horizon of %v: after a wipe of the store the other members wait only the horizon, so its node IDs could be used twice; raise the horizon on every member first (or shorten this one's TTL)",
+			ErrBeyondHorizon, s.info.Name, s.info.Promise, cfg.Horizon)
 	}
 	s.wait = ceilSeconds(max(cfg.Horizon, s.info.Promise) + s.info.MaxClockSkew)
 	return s, nil

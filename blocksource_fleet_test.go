@@ -207,7 +207,7 @@ func TestBlockSourcePromiseBeyondHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 2 * time.Second})
-	if err == nil || !strings.Contains(err.Error(), "promise 3s ahead, beyond the fleet's horizon of 2s") {
+	if !errors.Is(err, randflake.ErrBeyondHorizon) || !strings.Contains(err.Error(), "promise 3s ahead, beyond the fleet's horizon of 2s") {
 		t.Errorf("a promise of 3s under a horizon of 2s: %v, want it refused naming both", err)
 	}
 	if _, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 3 * time.Second}); err != nil {

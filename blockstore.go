@@ -179,6 +179,10 @@ var (
 	// ErrFleetMismatch: the store's marker records another node range or
 	// block size than this process was configured with.
 	ErrFleetMismatch = errors.New("randflake: the lease store belongs to a fleet configured differently")
+	// ErrBeyondHorizon: the store would promise further ahead than the
+	// fleet's horizon (BlockSourceConfig.Horizon), which every member
+	// waits out after a wipe: raise the horizon on every member first.
+	ErrBeyondHorizon = errors.New("randflake: a promise beyond the fleet's horizon")
 )
 
 // Block geometry shared by BlockSource and the stores.

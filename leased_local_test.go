@@ -28,6 +28,8 @@ func TestLeasedLocal(t *testing.T) {
 	const workers = 4
 	var stop atomic.Bool
 	ids := make([][]int64, workers)
+	// moved[w] is set once worker w took an ID of the new lease.
+	var moved [workers]atomic.Bool
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -39,6 +41,11 @@ func TestLeasedLocal(t *testing.T) {
 				switch {
 				case err == nil:
 					ids[w] = append(ids[w], id)
+					if !moved[w].Load() {
+						if _, node, _, _ := g.Inspect(id); node == 300 {
+							moved[w].Store(true)
+						}
+					}
 				case errors.Is(err, ErrInvalidLease) || errors.Is(err, ErrResourceExhausted):
 					time.Sleep(time.Millisecond)
 				default:
@@ -62,8 +69,19 @@ func TestLeasedLocal(t *testing.T) {
 	waitFor(t, 10*time.Second, "the new lease", func() bool { return g.Lease().FirstNode == 300 })
 	// The loss was seen by now: no later second may carry the old nodes.
 	lossSeen := time.Now().Unix()
-	// Let the workers issue for a second or more on the new lease.
+	// Let the workers issue for a second or more on the new lease, and
+	// until each has moved to it: its one node ID's 131,072 IDs a second
+	// can go to the Locals that refill first, so a worker may wait a
+	// second or two for its share.
 	waitFor(t, 10*time.Second, "second after the new lease's start", func() bool { return time.Now().Unix() > nextStart+1 })
+	waitFor(t, 20*time.Second, "every worker on the new lease", func() bool {
+		for w := range workers {
+			if !moved[w].Load() {
+				return false
+			}
+		}
+		return true
+	})
 	stop.Store(true)
 	wg.Wait()
 	seen := map[int64]bool{}

@@ -82,7 +82,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		}
 		cli := newClient(t, addr)
 		st, err := NewStore(Config{Client: cli, Prefix: conformancePrefix, Nodes: p.Layout.Size, FirstNode: p.Layout.FirstNode, LastNode: p.Layout.LastNode,
-			TTL: testTTL, Promise: testTTL, Holder: p.Name})
+			TTL: testTTL, Promise: testTTL, Horizon: testTTL, Holder: p.Name})
 		if err != nil {
 			return nil, err
 		}

@@ -64,8 +64,10 @@
 // The store never reports a prefix as fresh: a prefix without a marker
 // cannot be told from one whose keys were deleted. So the first claim
 // under a new prefix, on the very first start of a fleet, waits out the
-// horizon once (Promise + MaxClockSkew, rounded up to whole seconds: 31 s
-// with the defaults) and records the marker; later claimants read the
+// horizon once (Config.Horizon + MaxClockSkew, rounded up to whole
+// seconds: 31 s with the defaults; a member whose Promise is longer than
+// Horizon is refused, so that the wait covers every member's promise even
+// after the marker is wiped) and records the marker; later claimants read the
 // marker and wait no longer than it says. The same wait, for the claims
 // made before it has passed, follows:
 //
@@ -112,9 +114,10 @@
 //     than Config.MaxClockSkew (1 s by default): a dead holder's promise
 //     was made on its clock.
 //   - Every process of the fleet uses the same prefix, secret, node range,
-//     Nodes and Promise, and nothing else writes under the prefix but an
-//     operator. etcd's history is compacted, as in any production etcd:
-//     each claim, promise and release is a write.
+//     Nodes and Horizon (a member with another secret is refused, and one
+//     whose Promise passes Horizon too), and nothing else writes under
+//     the prefix but an operator. etcd's history is compacted, as in any
+//     production etcd: each claim, promise and release is a write.
 package etcdlease
 
 import (
@@ -135,6 +138,9 @@ const (
 	DefaultNodes        = 16               // node IDs per block: 2 million IDs per second
 	DefaultTTL          = 10 * time.Second // etcd lease time to live
 	DefaultMaxClockSkew = time.Second      // how far the fleet's clocks may differ
+	// DefaultHorizon is the fleet's bound on promises: the promise of
+	// DefaultTTL (three TTLs).
+	DefaultHorizon = 3 * DefaultTTL
 )
 
 // MaxTTL is the longest Config.TTL. Config.Promise may be up to three
@@ -199,6 +205,17 @@ type Config struct {
 	// for node IDs whose holder crashed, when no other node IDs are free,
 	// and after lost history.
 	Promise time.Duration
+	// Horizon is the fleet's bound on promises: the longest Promise any
+	// member of the fleet may use, the same on every member (0:
+	// DefaultHorizon, the promise of the default TTL). A process whose
+	// Promise is longer is refused, naming both: after a wipe of the
+	// prefix every member waits out unknown history for Horizon +
+	// MaxClockSkew only, so a longer promise could still be running then.
+	// To lengthen TTLs, raise Horizon on every member first, then the
+	// TTLs; to shorten them, shorten the TTLs first and lower Horizon only
+	// a Horizon after the last longer promise was made (rule 13 of
+	// docs/leases.md).
+	Horizon time.Duration
 	// MaxClockSkew is how far the clocks of the fleet's machines may
 	// differ (0: DefaultMaxClockSkew). Lost history is waited out this
 	// much longer than the promise, and a block whose record was written
@@ -255,6 +272,13 @@ func (cfg Config) normalize() (Config, error) {
 		cfg.Promise = 3 * cfg.TTL
 	}
 	cfg.Promise = max(ceilSecond(cfg.Promise), cfg.TTL)
+	if cfg.Horizon < 0 || cfg.Horizon > 3*MaxTTL {
+		return cfg, fmt.Errorf("etcdlease: horizon %v: want 0 to %v", cfg.Horizon, 3*MaxTTL)
+	}
+	if cfg.Horizon == 0 {
+		cfg.Horizon = DefaultHorizon
+	}
+	cfg.Horizon = ceilSecond(cfg.Horizon)
 	if cfg.MaxClockSkew < 0 || cfg.MaxClockSkew > MaxTTL {
 		return cfg, fmt.Errorf("etcdlease: clock skew %v: want 0 to %v", cfg.MaxClockSkew, MaxTTL)
 	}
@@ -284,14 +308,19 @@ func New(cfg Config) (*Source, error) {
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("etcdlease: Config.Secret is empty: the fleet's secret signs the records in etcd")
 	}
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
 	st, err := NewStore(cfg)
 	if err != nil {
 		return nil, err
 	}
 	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{
-		Secret: cfg.Secret,
-		Layout: st.Layout(),
-		Logger: cfg.Logger,
+		Secret:  cfg.Secret,
+		Layout:  st.Layout(),
+		Horizon: cfg.Horizon,
+		Logger:  cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdlease: %w", err)

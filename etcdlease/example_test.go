@@ -49,7 +49,7 @@ func ExampleNewLeased() {
 func ExampleNew() {
 	var cli *clientv3.Client // connected to etcd
 	secret := []byte("fleet-secret-16b")
-	src, err := etcdlease.New(etcdlease.Config{Client: cli, Secret: secret, Prefix: "/myapp/randflake/", TTL: 15 * time.Second})
+	src, err := etcdlease.New(etcdlease.Config{Client: cli, Secret: secret, Prefix: "/myapp/randflake/", TTL: 15 * time.Second, Horizon: 45 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

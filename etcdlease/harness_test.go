@@ -64,7 +64,7 @@ func newClient(t testing.TB, endpoint string) *clientv3.Client {
 // 0..last, the test TTL and promise, the test secret.
 func testConfig(cli *clientv3.Client, prefix string, last int64, holder string) Config {
 	return Config{Client: cli, Prefix: prefix, Secret: testSecret, Nodes: 16, LastNode: last,
-		TTL: testTTL, Promise: testTTL, Holder: holder}
+		TTL: testTTL, Promise: testTTL, Horizon: testTTL, Holder: holder}
 }
 
 // newLeased returns a generator on cfg, closed when t ends; its start-up

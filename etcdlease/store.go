@@ -187,7 +187,9 @@ func (s *Store) read(ctx context.Context, c *storeClaim, all bool) (*readState, 
 	ops := []clientv3.Op{
 		clientv3.OpGet(s.markerKey()),
 		clientv3.OpGet(s.recordKey(lo), clientv3.WithRange(s.recordKey(hi+1))),
-		clientv3.OpGet(s.claimKey(lo), clientv3.WithRange(s.claimKey(hi+1)), clientv3.WithKeysOnly()),
+		// The claims with their values, which name their holders (for
+		// status reports): a key and a line per held block.
+		clientv3.OpGet(s.claimKey(lo), clientv3.WithRange(s.claimKey(hi+1))),
 	}
 	if c != nil {
 		ops = append(ops, clientv3.OpGet(s.claimKey(c.first), clientv3.WithRange(s.claimKey(c.last+1))))
@@ -208,7 +210,8 @@ func (s *Store) read(ctx context.Context, c *storeClaim, all bool) (*readState, 
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		records[string(kv.Key)] = kv
 	}
-	held := map[int64]bool{} // first node ID of each block with a claim key
+	held := map[int64]bool{}     // first node ID of each block with a claim key
+	holder := map[int64]string{} // and its holder, as its value names it
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		n, err := s.claimNode(kv.Key)
 		if err != nil {
@@ -216,10 +219,13 @@ func (s *Store) read(ctx context.Context, c *storeClaim, all bool) (*readState, 
 		}
 		if n >= lo && n <= hi {
 			held[s.blockOf(n)] = true
+			// "HOLDER lease ID token TOKEN": the holder, not the token.
+			h, _, _ := strings.Cut(string(kv.Value), " lease ")
+			holder[s.blockOf(n)] = h
 		}
 	}
 	for f := s.blockOf(lo); f <= hi; f += s.layout.Size {
-		b := randflake.BlockState{First: f, Last: f + s.layout.Size - 1, Held: held[f]}
+		b := randflake.BlockState{First: f, Last: f + s.layout.Size - 1, Held: held[f], Holder: holder[f]}
 		if kv, ok := records[s.recordKey(f)]; ok {
 			b.Record = kv.Value
 			if b.Record == nil {

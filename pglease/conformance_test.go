@@ -103,7 +103,7 @@ func (cs *conformanceStore) open(t *testing.T, p leasetest.Process) (randflake.B
 	t.Cleanup(pool.Close)
 	l := p.Layout
 	st, err := newStore(Config{Pool: pool, Table: cs.table, Nodes: l.Size, FirstNode: l.FirstNode, LastNode: l.LastNode,
-		TTL: testTTL, MaxClockSkew: testSkew, Holder: p.Name})
+		TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew, Holder: p.Name})
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -63,7 +63,8 @@ func ExampleNew() {
 		Secret:       secret,
 		Schema:       "myapp",
 		TTL:          15 * time.Second,
-		MaxClockSkew: 2 * time.Second, // clocks kept by NTP, with room to spare
+		Horizon:      15 * time.Second, // every member's: the longest TTL of the fleet
+		MaxClockSkew: 2 * time.Second,  // clocks kept by NTP, with room to spare
 	})
 	if err != nil {
 		log.Fatal(err)

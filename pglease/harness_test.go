@@ -97,7 +97,7 @@ func sharedPool(t *testing.T, timeout time.Duration) (*pgxpool.Pool, context.Con
 func tableConfig(t *testing.T, name string, last int64) Config {
 	t.Helper()
 	pool := newPool(t, server(t).DSN())
-	return Config{Pool: pool, Secret: testSecret, Table: newTable(t, pool, name), Nodes: 16, LastNode: last, TTL: testTTL, MaxClockSkew: testSkew}
+	return Config{Pool: pool, Secret: testSecret, Table: newTable(t, pool, name), Nodes: 16, LastNode: last, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew}
 }
 
 // newTable migrates a table of the test's own on pool and returns its name.

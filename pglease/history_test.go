@@ -139,7 +139,7 @@ func startFaultRun(t *testing.T, name string, later bool) *faultRun {
 	srv := server(t)
 	r := &faultRun{t: t, pool: newPool(t, srv.DSN())}
 	r.table = newTable(t, r.pool, name)
-	r.cfg = Config{Pool: r.pool, Secret: testSecret, Table: r.table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "successor"}
+	r.cfg = Config{Pool: r.pool, Secret: testSecret, Table: r.table, Nodes: 16, LastNode: 15, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew, Holder: "successor"}
 	r.holder = startHolder(t, "doomed", srv.DSN(), r.table, 15, 0)
 	r.holder.Lease(30 * time.Second)
 	r.holder.WaitIDs(32*50, 10*time.Second)
@@ -284,7 +284,7 @@ func TestTimelineChange(t *testing.T) {
 	h2, p2 := hostPort(t, replica)
 	both := fmt.Sprintf("host=%s,%s port=%s,%s user=%s dbname=%s sslmode=disable connect_timeout=2 target_session_attrs=read-write",
 		h1, h2, p1, p2, pgtest.User, pgtest.Database)
-	cfgA := Config{Pool: newPool(t, primary.DSN()), Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew, Holder: "A"}
+	cfgA := Config{Pool: newPool(t, primary.DSN()), Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew, Holder: "A"}
 	cfgC := cfgA
 	cfgC.Pool, cfgC.Holder = newPool(t, both), "C"
 	var errMu sync.Mutex

@@ -94,7 +94,7 @@ func TestUnprivilegedRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	appPool := newPool(t, dsn(role))
-	cfg := Config{Pool: appPool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := Config{Pool: appPool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew}
 
 	// claim claims, renews twice and releases as the role, and returns
 	// the identity and positions the renewals read, and how long the

@@ -19,7 +19,7 @@ func TestServerRestart(t *testing.T) {
 	srv := ownServer(t)
 	pool1, pool2 := newPool(t, srv.DSN()), newPool(t, srv.DSN())
 	table := newTable(t, pool1, "restart")
-	cfg := Config{Pool: pool1, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := Config{Pool: pool1, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew}
 	g1 := newLeased(t, cfg)
 	cfg.Pool = pool2
 	g2 := newLeased(t, cfg)
@@ -79,7 +79,7 @@ func TestCutOff(t *testing.T) {
 	p := leasetest.NewProxy(t, srv.Addr())
 	poolA, poolB := newPool(t, srv.DSNAt(p.Addr())), newPool(t, srv.DSN())
 	table := newTable(t, poolB, "cutoff")
-	cfgA := Config{Pool: poolA, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "A"}
+	cfgA := Config{Pool: poolA, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew, Holder: "A"}
 	cfgB := cfgA
 	cfgB.Pool, cfgB.Holder = poolB, "B"
 	gA := newLeased(t, cfgA)

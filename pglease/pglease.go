@@ -133,8 +133,8 @@
 //   - Every process of the fleet uses the same table, secret, node range
 //     and Nodes (the marker records the layout; a process configured
 //     otherwise is refused with randflake.ErrFleetMismatch), and nothing
-//     else writes to the tables. Processes with different TTLs set
-//     Config.Horizon to the longest.
+//     else writes to the tables. Every member has the same
+//     Config.Horizon, at least its TTL.
 package pglease
 
 import (
@@ -156,6 +156,9 @@ const (
 	DefaultMaxClockSkew = time.Second      // bound on the difference between a holder's and the server's clock
 	// MinTTL is the shortest TTL.
 	MinTTL = 2 * time.Second
+	// DefaultHorizon is the fleet's bound on promises (Config.Horizon):
+	// the promise of DefaultTTL, one TTL.
+	DefaultHorizon = DefaultTTL
 )
 
 // Errors of PostgreSQL leases. ErrNoFreeNodes and ErrClockBehind are the
@@ -213,10 +216,14 @@ type Config struct {
 	// 200ms) must not exceed half the TTL. A claim or renewal that sees a
 	// larger difference fails with ErrClockSkew.
 	MaxClockSkew time.Duration
-	// Horizon is the longest TTL any process of the fleet uses (0: TTL):
-	// unknown history (a wiped table, one upgraded from version 1, a
-	// failover) is waited out for it plus 2 x MaxClockSkew (two holders'
-	// clocks may differ by that much).
+	// Horizon is the fleet's bound on promises: the longest TTL any
+	// member of the fleet may use, the same on every member (0:
+	// DefaultHorizon, the default TTL). A process whose TTL is longer is
+	// refused, naming both. Unknown history (a wiped table, one upgraded
+	// from version 1, a failover) is waited out for Horizon plus 2 x
+	// MaxClockSkew (two holders' clocks may differ by that much), whatever
+	// the marker said: the bound survives a wipe. To lengthen TTLs, raise
+	// Horizon on every member first (rule 13 of docs/leases.md).
 	Horizon time.Duration
 	// Holder describes this process in its claims (default: host name and
 	// process ID).
@@ -278,7 +285,7 @@ func New(cfg Config) (*Source, error) {
 	s.bs, err = randflake.NewBlockSource(st, randflake.BlockSourceConfig{
 		Secret:  cfg.Secret,
 		Layout:  st.layout,
-		Horizon: cfg.Horizon,
+		Horizon: st.horizon,
 		Logger:  cfg.Logger,
 	})
 	if err != nil {

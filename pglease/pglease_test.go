@@ -75,6 +75,19 @@ func TestConfig(t *testing.T) {
 			t.Errorf("the error shows the secret: %v", err)
 		}
 	}
+	// A TTL past the fleet's horizon is refused, naming both, unless the
+	// horizon is raised with it (rule 13).
+	if s, err := New(Config{DSN: "host=x", Secret: testSecret, TTL: 20 * time.Minute}); err == nil {
+		s.Close()
+		t.Error("a TTL of 20m under the default horizon was accepted")
+	} else if !strings.Contains(err.Error(), "promise 20m0s ahead, beyond the fleet's horizon of 10s") {
+		t.Errorf("a TTL of 20m under the default horizon: %v, want the promise and the horizon named", err)
+	}
+	if s, err := New(Config{DSN: "host=x", Secret: testSecret, TTL: 20 * time.Minute, Horizon: 20 * time.Minute}); err != nil {
+		t.Errorf("a TTL of 20m under a horizon of 20m: %v", err)
+	} else {
+		s.Close()
+	}
 	// NewLeased refuses a Config.Secret other than its secret.
 	if _, err := NewLeased(context.Background(), testSecret, Config{DSN: "host=x", Secret: []byte("another-secret16")}); err == nil {
 		t.Error("NewLeased with two secrets accepted")
@@ -149,7 +162,7 @@ func TestPasswordNeverShown(t *testing.T) {
 	var logs bytes.Buffer
 	// A port nothing listens on: the connection fails.
 	dsn := fmt.Sprintf("postgres://randflake:%s@127.0.0.1:%d/postgres?connect_timeout=1&sslmode=disable", pw, closedPort(t))
-	s, err := New(Config{DSN: dsn, Secret: testSecret, TTL: testTTL, MaxClockSkew: testSkew, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err := New(Config{DSN: dsn, Secret: testSecret, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +270,7 @@ func TestClaimReleaseCycles(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	table := newTable(t, pool, "cycles")
-	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew}
 	const workers, cycles = 4, 500
 	ctx := context.Background()
 	// ours counts the server's connections of this test's pool.

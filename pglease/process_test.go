@@ -47,7 +47,7 @@ func openHolderStore(arg string) (randflake.BlockStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := newStore(Config{Pool: pool, Table: f[1], Nodes: 16, LastNode: last, TTL: testTTL, MaxClockSkew: testSkew, Holder: "holder process"})
+	st, err := newStore(Config{Pool: pool, Table: f[1], Nodes: 16, LastNode: last, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew, Holder: "holder process"})
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func TestKilledHolder(t *testing.T) {
 	// Let it renew at least once, so its recorded second is ahead of its
 	// start.
 	time.Sleep(time.Second)
-	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, MaxClockSkew: testSkew, Holder: "successor"}
+	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 15, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew, Holder: "successor"}
 	ctx := context.Background()
 	if _, err := NewLeased(ctx, testSecret, cfg); !errors.Is(err, ErrNoFreeNodes) {
 		t.Fatalf("claim while the holder lives: %v, want ErrNoFreeNodes", err)

@@ -79,7 +79,7 @@ func TestMigrate(t *testing.T) {
 	if v, marker, fresh := versionRow(t, pool, qualified); v != SchemaVersion || marker != nil || !fresh {
 		t.Fatalf("new tables: version %d, marker %v, fresh %v; want %d, none, fresh", v, marker, fresh, SchemaVersion)
 	}
-	src, err := New(Config{Pool: pool, Secret: testSecret, Schema: schema, Table: "concurrent", TTL: testTTL, MaxClockSkew: testSkew})
+	src, err := New(Config{Pool: pool, Secret: testSecret, Schema: schema, Table: "concurrent", TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestMigrate(t *testing.T) {
 	} else {
 		t.Logf("Migrate of a newer schema: %v", err)
 	}
-	s, _ = New(Config{Pool: pool, Secret: testSecret, Table: table, TTL: testTTL, MaxClockSkew: testSkew})
+	s, _ = New(Config{Pool: pool, Secret: testSecret, Table: table, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew})
 	if _, err := s.Acquire(ctx); !errors.Is(err, ErrSchemaVersion) {
 		t.Fatalf("Acquire on version 3: %v, want ErrSchemaVersion", err)
 	} else {
@@ -185,7 +185,7 @@ func TestMigrateFromV1(t *testing.T) {
 		(16, 31, extract(epoch FROM clock_timestamp())::bigint + 2, NULL, NULL, NULL, NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 16, LastNode: 31, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew}
 	src, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +247,7 @@ func TestRowsChecked(t *testing.T) {
 	t.Parallel()
 	pool, ctx := sharedPool(t, 30*time.Second)
 	table := newTable(t, pool, "forged")
-	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 1, LastNode: 1, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := Config{Pool: pool, Secret: testSecret, Table: table, Nodes: 1, LastNode: 1, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew}
 	claims := func() int {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(token) FROM `+table).Scan(&n); err != nil {

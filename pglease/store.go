@@ -20,15 +20,16 @@ import (
 // schema-version table: the storage primitives of the lease engine, and
 // nothing else (see the package documentation).
 type store struct {
-	pool   *pgxpool.Pool
-	red    redactor
-	n      names
-	layout randflake.BlockLayout
-	ttl    time.Duration
-	skew   time.Duration
-	holder string
-	log    *slog.Logger
-	now    func() time.Time // this machine's clock, for the skew checks
+	pool    *pgxpool.Pool
+	red     redactor
+	n       names
+	layout  randflake.BlockLayout
+	ttl     time.Duration
+	skew    time.Duration
+	horizon time.Duration // the fleet\'s bound on promises (Config.Horizon)
+	holder  string
+	log     *slog.Logger
+	now     func() time.Time // this machine's clock, for the skew checks
 
 	mu         sync.Mutex
 	sysid      bool // the role may read the system identifier
@@ -77,6 +78,10 @@ func newStore(cfg Config) (*store, error) {
 	}
 	if cfg.Horizon < 0 {
 		return nil, fmt.Errorf("pglease: negative Horizon %v", cfg.Horizon)
+	}
+	st.horizon = cfg.Horizon
+	if st.horizon == 0 {
+		st.horizon = DefaultHorizon
 	}
 	if st.holder == "" {
 		st.holder = defaultHolder()
@@ -208,6 +213,7 @@ func (s *step) read(ctx context.Context, sysid bool) error {
 	err := s.tx.QueryRow(ctx, `SELECT v.version, v.marker, v.fresh, clock_timestamp(), `+identityColumns(sysid)+`
 		FROM `+st.n.version+` v, `+walSubquery+` FOR UPDATE OF v`).Scan(&version, &marker, &s.view.Fresh, &srv, &sys, &timeline, &wpos)
 	s.clock = [3]time.Time{t0, st.now(), srv}
+	s.view.Clock = srv
 	var pe *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -298,6 +304,9 @@ func (s *step) readAll(ctx context.Context) error {
 			b.Record, b.Held = recordBytes(r.record), r.held
 			if s.held != nil && r.token != nil && *r.token == s.held.token {
 				b.Held = true
+			}
+			if b.Held && r.holder != nil {
+				b.Holder = *r.holder
 			}
 			if r.token != nil && !r.held && r.holder != nil {
 				s.expired[first] = *r.holder

@@ -27,10 +27,15 @@ type Options struct {
 	// Horizon is how far ahead of the clock a claim is recorded, rounded up
 	// to whole seconds (0: DefaultHorizon). After a crash, the crashed
 	// process's node IDs can be reused that long after its last renewal.
-	// When the history is unknown, a process waits out the longest of its
-	// own Horizon, DefaultHorizon and the longest Horizon recorded in the
-	// state.
+	// When the history is unknown, a process waits out the longer of
+	// MaxHorizon and the longest Horizon recorded in the state.
 	Horizon time.Duration
+	// MaxHorizon is the directory's bound on Horizon: the longest Horizon
+	// any process of the directory uses, the same for all of them (0:
+	// DefaultHorizon). A process whose Horizon is longer is refused,
+	// naming both: after the state is lost every process waits out
+	// MaxHorizon only (rule 13 of docs/leases.md).
+	MaxHorizon time.Duration
 	// ExternalSecret says that the generator's secret does not come from
 	// this directory (a fleet secret from a file or the environment). IDs
 	// under it may then have been issued before this directory existed
@@ -57,7 +62,8 @@ type Options struct {
 // checked is Options with defaults applied and values checked.
 type checked struct {
 	nodes, first, last int64
-	horizon            int64 // seconds
+	horizon            int64         // seconds
+	maxHorizon         time.Duration // whole seconds
 	log                *slog.Logger
 }
 
@@ -93,6 +99,14 @@ func (o Options) check() (checked, error) {
 		return c, fmt.Errorf("statedir: negative horizon %v", h)
 	}
 	c.horizon = int64((h + time.Second - 1) / time.Second)
+	c.maxHorizon = o.MaxHorizon
+	if c.maxHorizon == 0 {
+		c.maxHorizon = DefaultHorizon
+	}
+	if c.maxHorizon < 0 {
+		return c, fmt.Errorf("statedir: negative MaxHorizon %v", c.maxHorizon)
+	}
+	c.maxHorizon = (c.maxHorizon + time.Second - 1) / time.Second * time.Second
 	return c, nil
 }
 
@@ -128,7 +142,7 @@ func (d *Dir) Source(opts Options) (*Source, error) {
 		Secret:  d.secret,
 		Layout:  st.layout,
 		Blocks:  c.nodes / BlockSize,
-		Horizon: max(time.Duration(c.horizon)*time.Second, DefaultHorizon),
+		Horizon: c.maxHorizon,
 		Now:     opts.now,
 		Logger:  c.log,
 	})

@@ -65,8 +65,9 @@
 //     been issued under that secret before the directory existed.
 //
 // Then any earlier holder may have promised any second up to now + the
-// longest horizon (the longest of the process's Horizon, DefaultHorizon
-// and any Horizon recorded in the marker). The process records that in
+// longest horizon (the longer of Options.MaxHorizon, DefaultHorizon by
+// default, and any Horizon recorded in the marker; a process whose own
+// Horizon passes MaxHorizon is refused). The process records that in
 // the marker at once, logs the reason and the wait, and uses no block
 // before it has passed: about 11 seconds with the default horizon. Only a
 // brand-new directory, whose secret Open has just created, needs no wait

@@ -289,7 +289,7 @@ func TestServeEtcdTLS(t *testing.T) {
 	vol := newKubeletVolume(t, filepath.Join(dir, "volume"), 0o600, -1, map[string]string{
 		"ca.crt": string(ca.PEM), "tls.crt": string(client.CertPEM), "tls.key": string(client.KeyPEM),
 	})
-	common := []string{"--claim", "4", "--etcd-ttl", "3s"}
+	common := []string{"--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s"}
 	flags := slices.Concat(common, []string{"--etcd", srv.endpoint,
 		"--etcd-cacert", vol.path("ca.crt"), "--etcd-cert", vol.path("tls.crt"), "--etcd-key", vol.path("tls.key")})
 	env := append(slices.Clone(secretEnv), "RANDFLAKE_ETCD="+srv.url(),
@@ -350,7 +350,7 @@ func TestServeEtcdTLSWaits(t *testing.T) {
 	writeFileT(t, caFile, ca.PEM, 0o644)
 	certFile, keyFile := clientCA.Client(t, "randflake").WriteFiles(t, dir, "c.crt", "c.key")
 	addr := closedPort(t)
-	args := []string{"--etcd", addr, "--etcd-cacert", caFile, "--etcd-cert", certFile, "--etcd-key", keyFile, "--claim", "4", "--etcd-ttl", "3s"}
+	args := []string{"--etcd", addr, "--etcd-cacert", caFile, "--etcd-cert", certFile, "--etcd-key", keyFile, "--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s"}
 	stopped := spawnServe(t, secretEnv, args...)
 	p := spawnServe(t, secretEnv, args...)
 	// One that authenticates (without TLS) waits as well.
@@ -411,7 +411,7 @@ func TestServeEtcdAuth(t *testing.T) {
 	var out outputs
 	defer out.check(t, password, wrongPassword, rootPassword)
 
-	common := []string{"--claim", "4", "--etcd-ttl", "3s"}
+	common := []string{"--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s"}
 	flags := slices.Concat(common, []string{"--etcd", srv.endpoint, "--etcd-cacert", vol.path("ca.crt"),
 		"--etcd-user", "randflake", "--etcd-password-file", vol.path("password")})
 	env := append(slices.Clone(secretEnv), "RANDFLAKE_ETCD="+srv.url(), "RANDFLAKE_ETCD_CACERT="+vol.path("ca.crt"),
@@ -462,7 +462,7 @@ func TestServeEtcdAuthWithoutTLS(t *testing.T) {
 	etcdAuthSetup(srv, "root-"+password, "randflake", password, etcdlease.DefaultPrefix)
 	file := filepath.Join(t.TempDir(), "password")
 	writeFileT(t, file, []byte(password), 0o600)
-	p := startServeSecured(t, secretEnv, "--etcd", srv.endpoint, "--claim", "4", "--etcd-ttl", "3s",
+	p := startServeSecured(t, secretEnv, "--etcd", srv.endpoint, "--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s",
 		"--etcd-user", "randflake", "--etcd-password-file", file)
 	checkUnique(t, fetch(t, p, 1000), 1000, nil)
 	stop(t, p)

@@ -159,7 +159,7 @@ func startEtcdServer(t *testing.T) (stop func(), endpoint string) {
 // release them on SIGTERM, after which a third process can take them.
 func TestServeWithEtcd(t *testing.T) {
 	endpoint := startEtcd(t)
-	args := []string{"--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s"}
+	args := []string{"--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s"}
 	a := startServe(t, args...)
 	b := startServe(t, args...)
 	idsA, idsB := fetch(t, a, 2000), fetch(t, b, 2000)

@@ -123,7 +123,7 @@ func TestLeaseStatusStateDir(t *testing.T) {
 // another fleet's, and the holder keeps its block.
 func TestLeaseStatusEtcd(t *testing.T) {
 	endpoint := startEtcd(t)
-	args := []string{"--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s"}
+	args := []string{"--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s"}
 	p := startServe(t, args...)
 	fetch(t, p, 10)
 	st := statusJSONOf(t, secretEnv, args...)

@@ -136,7 +136,7 @@ func TestServeLostLeaseIsLogged(t *testing.T) {
 // error; the etcd client's own warnings come out in the process's format.
 func TestServeEtcdOutageIsLogged(t *testing.T) {
 	stopEtcd, endpoint := startEtcdServer(t)
-	p := startServe(t, "--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s", "--log-format", "json")
+	p := startServe(t, "--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s", "--log-format", "json")
 	fetch(t, p, 100)
 	stopEtcd()
 	body := waitStatus(t, p, 503, 30*time.Second)

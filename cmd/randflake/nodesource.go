@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -158,6 +159,8 @@ type leaseFlags struct {
 	prefix string
 	claim  int64
 	ttl    time.Duration
+	// horizon is --etcd-horizon: the fleet's bound on promises.
+	horizon time.Duration
 	// etcdSec are the flags of a secured etcd (etcdtls.go).
 	etcdSec etcdSecurity
 
@@ -192,6 +195,7 @@ func (l *leaseFlags) register(fs *flag.FlagSet, defaultClaim int64) {
 	fs.StringVar(&l.prefix, "etcd-prefix", "", "etcd key prefix of the claims (default "+etcdlease.DefaultPrefix+")")
 	fs.Int64Var(&l.claim, "claim", 0, fmt.Sprintf("node IDs to claim from the state directory or etcd (default: %d from the state directory, %d from etcd)", defaultClaim, etcdlease.DefaultNodes))
 	fs.DurationVar(&l.ttl, "etcd-ttl", 0, "etcd lease TTL: a crashed process's node IDs are free again after it (default 10s)")
+	fs.DurationVar(&l.horizon, "etcd-horizon", 0, fmt.Sprintf("with --etcd: the fleet's bound on promises, the same on every member, at least 3 x --etcd-ttl; a wipe of the prefix is waited out for it (default %v)", etcdlease.DefaultHorizon))
 	l.etcdSec.register(fs)
 }
 
@@ -204,8 +208,8 @@ func (l *leaseFlags) check() error {
 	if l.pg.dsn != "" && (l.nodes != "" || l.etcd != "") {
 		return usagef("--postgres-dsn excludes --nodes and --etcd")
 	}
-	if l.claim < 0 || l.ttl < 0 || l.pg.ttl < 0 {
-		return usagef("--claim, --etcd-ttl and --postgres-ttl must not be negative")
+	if l.claim < 0 || l.ttl < 0 || l.pg.ttl < 0 || l.horizon < 0 || l.pg.horizon < 0 {
+		return usagef("--claim, --etcd-ttl, --etcd-horizon, --postgres-ttl and --postgres-horizon must not be negative")
 	}
 	if err := l.etcdSec.check(l.etcd); err != nil {
 		return err
@@ -375,10 +379,13 @@ func (l *leaseFlags) openEtcd(ctx context.Context, log *slog.Logger, secret []by
 		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
 	}
 	src, err := etcdlease.New(etcdlease.Config{
-		Client: cli, Secret: secret, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl, Logger: log,
+		Client: cli, Secret: secret, Prefix: l.prefix, Nodes: l.claim, TTL: l.ttl, Horizon: l.horizon, Logger: log,
 	})
 	if err != nil {
 		cli.Close()
+		if errors.Is(err, randflake.ErrBeyondHorizon) {
+			return nil, usagef("%v: give every member of the fleet the same --etcd-horizon ($RANDFLAKE_ETCD_HORIZON), at least 3 x --etcd-ttl", err)
+		}
 		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
 	}
 	return &openedSource{src: src, secret: secret, describe: "etcd", cleanup: func() { cli.Close() },

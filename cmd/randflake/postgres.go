@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/pglease"
 	"github.com/randflake/randflake/statedir"
 )
@@ -24,6 +25,7 @@ type postgresFlags struct {
 	dsn          string
 	table        string
 	ttl          time.Duration
+	horizon      time.Duration // the fleet's bound on promises
 	migrate      bool
 	passwordFile string
 }
@@ -32,6 +34,7 @@ func (p *postgresFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.dsn, "postgres-dsn", "", "claim node IDs from PostgreSQL: a postgres:// URL or key=value DSN (needs an explicit fleet secret; keep the password out of it with --postgres-password-file, $PGPASSFILE or $PGPASSWORD, or set the DSN by the variable)")
 	fs.StringVar(&p.table, "postgres-table", pglease.DefaultTable, "PostgreSQL table of the claims, [SCHEMA.]TABLE")
 	fs.DurationVar(&p.ttl, "postgres-ttl", 0, fmt.Sprintf("PostgreSQL claim TTL: a crashed process's node IDs are free again after it (default %v)", pglease.DefaultTTL))
+	fs.DurationVar(&p.horizon, "postgres-horizon", 0, fmt.Sprintf("the fleet's bound on promises, the same on every member, at least --postgres-ttl; a wiped table is waited out for it (default %v)", pglease.DefaultHorizon))
 	fs.BoolVar(&p.migrate, "postgres-migrate", false, "create the PostgreSQL tables (or check their schema version) before claiming; safe to repeat")
 	fs.StringVar(&p.passwordFile, "postgres-password-file", "", "file holding the PostgreSQL password (a private file, as the secret; trailing newlines are ignored); it wins over $PGPASSWORD and $PGPASSFILE, and the DSN must not hold one")
 }
@@ -60,10 +63,13 @@ func (l *leaseFlags) openPostgres(ctx context.Context, e *env, log *slog.Logger,
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	src, err := pglease.New(pglease.Config{
-		Pool: pool, Secret: secret, Schema: schema, Table: table, Nodes: l.claim, TTL: l.pg.ttl, Logger: log,
+		Pool: pool, Secret: secret, Schema: schema, Table: table, Nodes: l.claim, TTL: l.pg.ttl, Horizon: l.pg.horizon, Logger: log,
 	})
 	if err != nil {
 		pool.Close()
+		if errors.Is(err, randflake.ErrBeyondHorizon) {
+			return nil, usagef("%v: give every member of the fleet the same --postgres-horizon ($RANDFLAKE_POSTGRES_HORIZON), at least --postgres-ttl", err)
+		}
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	closeAll := func() {

@@ -108,7 +108,7 @@ func TestChaosEtcd(t *testing.T) {
 			s.mu.Lock()
 			s.proxies = ps
 			s.mu.Unlock()
-			return []string{"--etcd", strings.Join(eps, ","), "--etcd-ttl", etcdTTL.String(),
+			return []string{"--etcd", strings.Join(eps, ","), "--etcd-ttl", etcdTTL.String(), "--etcd-horizon", (3 * etcdTTL).String(),
 				"--claim", strconv.Itoa(etcdClaim), "--shutdown-timeout", "5s"}, undo, nil
 		},
 		clients:      []clientSpec{{1, 5 * time.Millisecond}, {100, 10 * time.Millisecond}, {1000, 50 * time.Millisecond}},

@@ -54,7 +54,7 @@ func TestChaosPostgres(t *testing.T) {
 		env: append(baseEnv(), "RANDFLAKE_SECRET="+hex.EncodeToString(secret), "RANDFLAKE_POSTGRES_DSN="+srv.DSN(),
 			"RANDFLAKE_STATE_DIR="+t.TempDir()),
 		args: func(s *server) ([]string, func(), error) {
-			args := []string{"--node-source", "postgres", "--postgres-ttl", pgTTL.String(),
+			args := []string{"--node-source", "postgres", "--postgres-ttl", pgTTL.String(), "--postgres-horizon", pgTTL.String(),
 				"--claim", strconv.Itoa(pgClaim), "--shutdown-timeout", "5s"}
 			if s.name == "s1" {
 				// The first server creates the tables, once.
