@@ -265,6 +265,7 @@ func quoteAll(words []string) []string {
 }
 
 func TestVersionBinary(t *testing.T) {
+	t.Parallel()
 	r := runBinary(t, "", nil, "version")
 	first, _, _ := strings.Cut(r.stdout, "\n")
 	if r.code != 0 || !strings.HasPrefix(first, "randflake ") || !strings.Contains(r.stdout, runtime.Version()) || !strings.Contains(r.stdout, "kernel    "+randflake.Kernel()) {
@@ -285,6 +286,7 @@ func TestVersionBinary(t *testing.T) {
 }
 
 func TestPipes(t *testing.T) {
+	t.Parallel()
 	// gen --format json | inspect
 	gen := runBinary(t, "", secretEnv, "gen", "-n", "50", "--format", "json", "--nodes", "5")
 	ins := runBinary(t, gen.stdout, secretEnv, "inspect", "--json")
@@ -318,6 +320,7 @@ func TestPipes(t *testing.T) {
 }
 
 func TestKernelOverrideReported(t *testing.T) {
+	t.Parallel()
 	env := append(slicesClone(secretEnv), "RANDFLAKE_KERNEL=no-such-kernel")
 	want := `RANDFLAKE_KERNEL="no-such-kernel"`
 	if r := runBinary(t, "", env, "gen", "--nodes", "1"); r.code != 0 || !strings.Contains(r.stderr, want) {
@@ -335,6 +338,7 @@ func TestKernelOverrideReported(t *testing.T) {
 }
 
 func TestFirstUseReported(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	env := []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + dir}
 	r := runBinary(t, "", env, "gen")
@@ -347,6 +351,7 @@ func TestFirstUseReported(t *testing.T) {
 }
 
 func TestGenClaimsForLargeN(t *testing.T) {
+	t.Parallel()
 	// 64 node IDs, one block of the state directory, issue 8,388,608 IDs
 	// a second: one more takes a second block (or, before, a wait for
 	// the next second). The state file records the blocks used.

@@ -36,6 +36,10 @@ const (
 // own token; SIGHUP (and a change on disk) reloads the file, a bad file
 // keeps the clients there were; no token ever reaches the log.
 func TestServeIssueTokens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs curl: not in -short")
+	}
+	t.Parallel()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte("# who may issue\nalice "+aliceToken+"\nbob\t"+bobToken+"\n"), 0o600)
@@ -143,6 +147,7 @@ func TestServeIssueTokens(t *testing.T) {
 
 // A bad tokens file refuses to start, naming the line and never the token.
 func TestServeIssueTokensRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, c := range []struct {
 		content string
@@ -395,6 +400,7 @@ func TestServeClientRate(t *testing.T) {
 // goes on serving. (It used to end the process, as an unhandled SIGHUP
 // does.)
 func TestServeSIGHUPWithoutFiles(t *testing.T) {
+	t.Parallel()
 	p := startServe(t, "--nodes", "0-63")
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)

@@ -280,6 +280,10 @@ func wantAll(t *testing.T, what, s string, parts ...string) {
 // the system's CAs each end serve with status 1 and a message naming what
 // failed.
 func TestServeEtcdTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the etcd server program: not in -short")
+	}
+	t.Parallel()
 	dir := t.TempDir()
 	ca, clientCA := tlstest.NewCA(t, "etcd server CA"), tlstest.NewCA(t, "etcd client CA")
 	tc := &etcdTLS{dir: dir, server: ca.Server(t, "etcd"), ca: ca, clientCA: clientCA}
@@ -344,6 +348,10 @@ func TestServeEtcdTLS(t *testing.T) {
 // for it, says so, and serves once etcd is up; SIGTERM during the wait,
 // with TLS or with a user to authenticate, stops it cleanly within 2s.
 func TestServeEtcdTLSWaits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the etcd server program: not in -short")
+	}
+	t.Parallel()
 	dir := t.TempDir()
 	ca, clientCA := tlstest.NewCA(t, "etcd CA"), tlstest.NewCA(t, "etcd client CA")
 	caFile := filepath.Join(dir, "ca.crt")
@@ -394,6 +402,10 @@ func etcdAuthSetup(srv *securedEtcd, rootPassword, user, password, prefix string
 // rights on the prefix each end serve with status 1 and a message naming
 // what failed. No output of any run, nor the metrics, holds a password.
 func TestServeEtcdAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the etcd server program: not in -short")
+	}
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "etcd CA")
 	srv := startSecuredEtcd(t, &etcdTLS{dir: dir, server: ca.Server(t, "etcd"), ca: ca})
@@ -457,6 +469,10 @@ func TestServeEtcdAuth(t *testing.T) {
 // serve authenticated to an etcd without TLS works, and warns that the
 // password crosses the network in the clear.
 func TestServeEtcdAuthWithoutTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the etcd server program: not in -short")
+	}
+	t.Parallel()
 	srv := startSecuredEtcd(t, nil)
 	const password = "plain-pw-never-shown-4410"
 	etcdAuthSetup(srv, "root-"+password, "randflake", password, etcdlease.DefaultPrefix)
@@ -492,6 +508,7 @@ func scrapeText(t *testing.T, url string) string {
 // from the variables; files that cannot be used end serve with status 1
 // naming the flag and the file, never showing a password.
 func TestEtcdSecurityFlagsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "CA")
 	caFile := filepath.Join(dir, "ca.crt")

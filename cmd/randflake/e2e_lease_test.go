@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -78,6 +77,7 @@ func stop(t *testing.T, p *serveProcess) {
 // secret, claims node IDs, and a second process on the same machine gets
 // other node IDs; inspect reads both with the directory's secret.
 func TestServeWithoutConfiguration(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	env := []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + dir}
 	a := startServeEnv(t, env)
@@ -122,14 +122,8 @@ func startEtcd(t *testing.T) string {
 // server too.
 func startEtcdServer(t *testing.T) (stop func(), endpoint string) {
 	t.Helper()
-	port := func() url.URL {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return url.URL{Scheme: "http", Host: ln.Addr().String()}
-	}
+	// Ports no other test's server or connection takes meanwhile.
+	port := func() url.URL { return url.URL{Scheme: "http", Host: closedPort(t)} }
 	cfg := embed.NewConfig()
 	cfg.Name = "e2e"
 	cfg.Dir = t.TempDir()
@@ -158,6 +152,10 @@ func startEtcdServer(t *testing.T) (stop func(), endpoint string) {
 // serve --etcd: two processes claim disjoint node IDs from a real etcd and
 // release them on SIGTERM, after which a third process can take them.
 func TestServeWithEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out etcd leases (--etcd-ttl 3s) and their unknown history: not in -short")
+	}
+	t.Parallel()
 	endpoint := startEtcd(t)
 	args := []string{"--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s"}
 	a := startServe(t, args...)

@@ -79,6 +79,7 @@ next:
 // with the values the requests made and the lease imply; /openapi.yaml
 // is the embedded document.
 func TestServeMetrics(t *testing.T) {
+	t.Parallel()
 	p := startServe(t, "--nodes", "100-163")
 	get := func(path string, want int) {
 		t.Helper()

@@ -88,6 +88,10 @@ func waitStatus(t *testing.T, p *serveProcess, status int, d time.Duration) []by
 // The process claims every node ID, so that the new lease it takes at once
 // is on the same ones and starts only after their promise.
 func TestServeLostLeaseIsLogged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease renewal (about 3 s) and its loss: not in -short")
+	}
+	t.Parallel()
 	dir, env := ownStateEnv(t)
 	p := startServeEnv(t, env, "--claim", "131072")
 	fetch(t, p, 10)
@@ -135,6 +139,10 @@ func TestServeLostLeaseIsLogged(t *testing.T) {
 // stop at the lease's end, and clients get a 503 of kind lease without the
 // error; the etcd client's own warnings come out in the process's format.
 func TestServeEtcdOutageIsLogged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out an etcd lease (--etcd-ttl 3s) after etcd stops: not in -short")
+	}
+	t.Parallel()
 	stopEtcd, endpoint := startEtcdServer(t)
 	p := startServe(t, "--etcd", endpoint, "--claim", "4", "--etcd-ttl", "3s", "--etcd-horizon", "9s", "--log-format", "json")
 	fetch(t, p, 100)
@@ -164,6 +172,7 @@ func TestServeEtcdOutageIsLogged(t *testing.T) {
 // --log-format json makes every line JSON; --access-log adds one line per
 // request, without the query string.
 func TestServeLogFormatAndAccessLog(t *testing.T) {
+	t.Parallel()
 	p := startServe(t, "--nodes", "0-63", "--log-format", "json", "--access-log")
 	fetch(t, p, 3)
 	http.Get(p.url + "/nope?password=hunter2")
@@ -367,6 +376,7 @@ func TestGenStopsDuringLeaseWait(t *testing.T) {
 // device is refused at once with a message naming it, never waited on or
 // read without bound, and an all-zero secret is refused from every source.
 func TestPrivateFilesAndWeakSecrets(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {

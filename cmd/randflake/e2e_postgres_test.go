@@ -17,6 +17,10 @@ import (
 // duplicate. The DSN comes from the variable and carries a password that
 // no output may show.
 func TestServeWithPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL: not in -short")
+	}
+	t.Parallel()
 	srv := pgtest.New(t)
 	const password = "pw-never-shown-7391"
 	env := append(slices.Clone(secretEnv), "RANDFLAKE_POSTGRES_DSN="+srv.DSN()+" password="+password)
@@ -77,6 +81,10 @@ func TestServeWithPostgres(t *testing.T) {
 // A process started while PostgreSQL is down waits for it, says so, and
 // serves once the server is up; a refused login ends it at once.
 func TestServeWaitsForPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL: not in -short")
+	}
+	t.Parallel()
 	srv := pgtest.New(t)
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)

@@ -94,6 +94,10 @@ func (p *securedPostgres) sslConnections(t *testing.T) (withSSL, without int) {
 // status 1 and a message naming what failed. No output of any run, nor
 // the metrics, holds a password.
 func TestServePostgresTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL: not in -short")
+	}
+	t.Parallel()
 	dir := t.TempDir()
 	pg := startSecuredPostgres(t, dir)
 	const wrongPassword = "wrong-pg-pw-never-shown-2291"
@@ -171,6 +175,7 @@ func TestServePostgresTLS(t *testing.T) {
 // a password in the DSN (status 2: which one is meant?), in either form
 // of DSN, from flags or variables.
 func TestPostgresPasswordFileRefused(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "password")
 	writeFileT(t, file, []byte("pw-never-shown-0042\n"), 0o600)
 	cases := []struct {

@@ -188,6 +188,7 @@ func checkPod(t *testing.T, p *serveProcess, token string) {
 // process's user or root), and after the kubelet's atomic update a SIGHUP
 // brings in the new issue tokens.
 func TestServeSecretVolume(t *testing.T) {
+	t.Parallel()
 	v := newKubeletVolume(t, filepath.Join(t.TempDir(), "etc-randflake"), 0o400, -1, podFiles("alice", aliceVolToken))
 	p := startServeEnv(t, podEnv(v, t.TempDir()))
 	checkPod(t, p, aliceVolToken)
@@ -236,6 +237,7 @@ func TestServeSecretVolume(t *testing.T) {
 // secret and says to set fsGroup. This needs root, to give files to root
 // and run the binary as another user: CI runs as root.
 func TestServeSecretVolumeAsPodUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" {
 			t.Fatal("this test needs root (to run the binary as the pod's user), and CI runs as root")
@@ -277,7 +279,8 @@ func TestServeSecretVolumeAsPodUser(t *testing.T) {
 	}
 	p := startProcess(t, asPod(podEnv(v, state), "serve", "--listen", "127.0.0.1:0"))
 	logs := p.logs
-	for deadline := time.Now().Add(30 * time.Second); p.url == ""; time.Sleep(20 * time.Millisecond) {
+	limit := within(startupTimeout)
+	for deadline := time.Now().Add(limit); p.url == ""; time.Sleep(20 * time.Millisecond) {
 		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
 			p.url = "http://" + m[1] + m[2]
 			break
@@ -289,7 +292,7 @@ func TestServeSecretVolumeAsPodUser(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve as uid %d not serving after 30s:\n%s", pod, logs.String())
+			t.Fatalf("serve as uid %d not serving after %v (%s):\n%s", pod, limit, slowness(), logs.String())
 		}
 	}
 	checkPod(t, p, aliceVolToken)

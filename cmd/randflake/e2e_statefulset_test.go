@@ -14,6 +14,7 @@ import (
 // --nodes-per-pod node IDs, which their lease metrics show and their IDs
 // carry; together they issue no duplicate.
 func TestServeStatefulSetPods(t *testing.T) {
+	t.Parallel()
 	const pods, perPod = 4, 8
 	base := append(slicesClone(secretEnv), "RANDFLAKE_NODE_SOURCE=statefulset", "RANDFLAKE_NODES_PER_POD="+strconv.Itoa(perPod))
 	procs := make([]*serveProcess, pods)
@@ -48,6 +49,7 @@ func TestServeStatefulSetPods(t *testing.T) {
 // The last pod that fits at the default 1,024 node IDs per pod, 127, gets
 // the top of the node IDs; the flag wins over the variable.
 func TestServeStatefulSetLastPod(t *testing.T) {
+	t.Parallel()
 	p := startServeEnv(t, append(slicesClone(secretEnv), "RANDFLAKE_ORDINAL=127", "RANDFLAKE_NODE_SOURCE=etcd"), "--node-source", "statefulset")
 	mfs := scrape(t, p.url)
 	first, _ := metricValue(mfs, "randflake_lease_first_node")
@@ -63,6 +65,7 @@ const ordinalRule = "want a pod name ending in -ORDINAL, or ORDINAL alone, where
 // A pod without a usable ordinal, with one past the node IDs, or without
 // the fleet's secret does not start, and says why.
 func TestServeStatefulSetRefused(t *testing.T) {
+	t.Parallel()
 	noSecret := []string{"RANDFLAKE_SECRET=", "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + t.TempDir(), "RANDFLAKE_ORDINAL=0"}
 	cases := []struct {
 		name string

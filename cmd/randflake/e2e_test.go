@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +31,19 @@ var binary string
 
 const testSecretHex = "000102030405060708090a0b0c0d0e0f"
 
+// e2eParallel is how many tests that call t.Parallel run at once unless
+// -test.parallel says otherwise: they mostly wait on the processes and
+// servers they start, not on the CPU, so more than the cores' count of
+// them run at once.
+const e2eParallel = 6
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(e2eParallel))
+	}
 	dir, err := os.MkdirTemp("", "randflake-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -92,6 +106,7 @@ func testCipher(t *testing.T) *randflake.Sparx64 {
 }
 
 func TestGenPipedIntoInspect(t *testing.T) {
+	t.Parallel()
 	before := time.Now().Unix()
 	gen := runBinary(t, "", secretEnv, "gen", "-n", "2000", "--nodes", "3-4")
 	if gen.code != 0 {
@@ -124,6 +139,7 @@ func TestGenPipedIntoInspect(t *testing.T) {
 }
 
 func TestGenFormats(t *testing.T) {
+	t.Parallel()
 	r := runBinary(t, "", secretEnv, "gen", "-n", "5", "--format", "int", "--nodes", "7")
 	c := testCipher(t)
 	for _, f := range strings.Fields(r.stdout) {
@@ -147,6 +163,7 @@ func TestGenFormats(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{}, {"nope"}, {"gen", "-n", "-1"}, {"gen", "--format", "xml"}, {"gen", "--bogus"},
 		{"gen", "--nodes", "5-3"}, {"gen", "--nodes", "x"}, {"gen", "--nodes", "1-2", "--etcd", "h:1"},
@@ -177,6 +194,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestInspectReportsEachBadID(t *testing.T) {
+	t.Parallel()
 	gen := runBinary(t, "", secretEnv, "gen", "-n", "2", "--nodes", "9")
 	ids := strings.Fields(gen.stdout)
 	r := runBinary(t, "", secretEnv, "inspect", ids[0], "not-an-id", ids[1], "vvvvvvvvvvvvvv")
@@ -192,6 +210,7 @@ func TestInspectReportsEachBadID(t *testing.T) {
 }
 
 func TestKeygenAndSecretFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "secret")
 	r := runBinary(t, "", nil, "keygen", "--out", path)
@@ -469,6 +488,7 @@ func headOfSize(path string, size int) string {
 }
 
 func TestServeEndToEnd(t *testing.T) {
+	t.Parallel()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tokenFile, []byte("inspection-token-0123456789\n"), 0o600)
 	p := startServe(t, "--nodes", "0-255", "--inspect-token-file", tokenFile)
@@ -608,6 +628,7 @@ func TestServeEndToEnd(t *testing.T) {
 // fresh keep-alive connections that a client's pool holds unused for
 // longer, which would fail other tests' requests.)
 func TestServeHeaderTimeout(t *testing.T) {
+	t.Parallel()
 	p := startServe(t, "--nodes", "0-63", "--header-timeout", "1s")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(p.url, "http://"))
 	if err != nil {
@@ -631,6 +652,7 @@ func TestServeHeaderTimeout(t *testing.T) {
 
 // SIGTERM while requests are in flight: they complete, the server exits 0.
 func TestServeGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	p := startServe(t, "--nodes", "0-63")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -673,6 +695,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 }
 
 func TestBench(t *testing.T) {
+	t.Parallel()
 	r := runBinary(t, "", nil, "bench", "--quick", "--json")
 	if r.code != 0 {
 		t.Fatalf("bench: %d %s", r.code, r.stderr)

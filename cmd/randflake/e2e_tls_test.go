@@ -175,6 +175,10 @@ func startServeTLS(t *testing.T, env []string, args ...string) (*serveProcess, s
 // else; net/http's 431 over both protocols; the Go client gets unique IDs
 // over HTTP/2.
 func TestServeTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs curl: not in -short")
+	}
+	t.Parallel()
 	s := newTLSSetup(t)
 	p, ops := startServeTLS(t, nil, "--nodes", "0-63", "--tls-cert-file", s.certFile, "--tls-key-file", s.keyFile)
 
@@ -276,6 +280,10 @@ func TestServeTLS(t *testing.T) {
 // metrics), and the certificate is enough to issue beside an issue tokens
 // file.
 func TestServeMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs curl: not in -short")
+	}
+	t.Parallel()
 	s := newTLSSetup(t)
 	tokens := filepath.Join(s.dir, "tokens")
 	os.WriteFile(tokens, []byte("alice alice-token-0123456789\n"), 0o600)
@@ -419,6 +427,10 @@ func (k *keptAlive) get(t *testing.T, url string) {
 // go on; files that do not make a certificate are logged and the current
 // one stays; SIGHUP reloads at once and says so.
 func TestServeCertificateRotation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the certificate files' 2 s polls, several times: not in -short")
+	}
+	t.Parallel()
 	s := newTLSSetup(t)
 	p, _ := startServeTLS(t, nil, "--nodes", "0-63", "--tls-cert-file", s.certFile, "--tls-key-file", s.keyFile)
 	if got := servedSerial(t, s, p.url); got != s.serverCertSerial {
@@ -497,6 +509,10 @@ func TestServeCertificateRotation(t *testing.T) {
 // 0440, as with the pod's fsGroup (the test runs as root, whose group it
 // is in), the certificate 0444.
 func TestServeCertificateKubeletSwap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the certificate files' 2 s polls, twice: not in -short")
+	}
+	t.Parallel()
 	s := newTLSSetup(t)
 	vol := filepath.Join(s.dir, "volume")
 	if err := os.Mkdir(vol, 0o755); err != nil {
@@ -552,6 +568,7 @@ func TestServeCertificateKubeletSwap(t *testing.T) {
 // Bad TLS settings: usage errors for flags that do not go together, and
 // files that cannot serve refused at start with the reason.
 func TestServeTLSRefused(t *testing.T) {
+	t.Parallel()
 	s := newTLSSetup(t)
 	other := s.ca.Server(t, "other")
 	mismatched := filepath.Join(s.dir, "other.key")

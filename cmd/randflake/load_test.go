@@ -200,6 +200,10 @@ func TestLoadTLS(t *testing.T) {
 // A 429 (over the client's share) is counted and waited out as its
 // Retry-After asks, verified and not.
 func TestLoadQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a 429's Retry-After of 2 s, twice: not in -short")
+	}
+	t.Parallel()
 	for _, verify := range []bool{true, false} {
 		// A service of its own each time, with a full share: 100 IDs,
 		// refilled at 50 a second.

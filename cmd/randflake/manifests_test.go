@@ -1627,6 +1627,7 @@ func TestManifestServeAnswersProbes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts serve")
 	}
+	t.Parallel()
 	all := loadManifests(t)
 	described := describedSecrets(all)
 	ca := tlstest.NewCA(t, "randflake manifest test CA")
@@ -1637,6 +1638,7 @@ func TestManifestServeAnswersProbes(t *testing.T) {
 	}
 	for _, w := range workloads(all) {
 		t.Run(strings.ReplaceAll(w.file, "/", "_"), func(t *testing.T) {
+			t.Parallel() // each its own serve, state, volumes and etcd
 			c := w.serveContainer(t)
 			spec := &w.pod.Spec
 			where := fmt.Sprintf("%v: container %s", w, c.Name)
@@ -1810,10 +1812,11 @@ func TestManifestServeAnswersProbes(t *testing.T) {
 			ops := "http://" + m[1] + m[2]
 
 			ready := c.ReadinessProbe.HTTPGet.Path
-			deadline := time.Now().Add(30 * time.Second)
+			limit := within(startupTimeout)
+			deadline := time.Now().Add(limit)
 			for status, _ := get(ops + ready); status != http.StatusOK; status, _ = get(ops + ready) {
 				if time.Now().After(deadline) {
-					t.Fatalf("%s: readinessProbe %s on the ops port still answers %d after 30 s; logs:\n%s", where, ready, status, p.logs.String())
+					t.Fatalf("%s: readinessProbe %s on the ops port still answers %d after %v (%s); logs:\n%s", where, ready, status, limit, slowness(), p.logs.String())
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -1929,6 +1932,7 @@ func checkMainPort(t *testing.T, where string, args *containerArgs, c *corev1.Co
 // and returns its submatches; it fails at once if p exits first.
 func waitRunning(t *testing.T, where string, p *serveProcess, re *regexp.Regexp, timeout time.Duration) []string {
 	t.Helper()
+	timeout = within(timeout)
 	deadline := time.Now().Add(timeout)
 	for {
 		if m := re.FindStringSubmatch(p.logs.String()); m != nil {
@@ -1941,7 +1945,7 @@ func waitRunning(t *testing.T, where string, p *serveProcess, re *regexp.Regexp,
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: no log line matching %q within %v; logs:\n%s", where, re, timeout, p.logs.String())
+			t.Fatalf("%s: no log line matching %q within %v (%s); logs:\n%s", where, re, timeout, slowness(), p.logs.String())
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/client"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 var acceptBinary = map[string]string{"Accept": MediaTypeBinary}
@@ -320,14 +321,23 @@ func TestClientBinary(t *testing.T) {
 }
 
 // exhaustOnce fills half of its second call's slice, then reports the
-// second used up; every other call is passed on.
+// second used up; every other call is passed on. It records when the
+// second and third calls came.
 type exhaustOnce struct {
 	Generator
-	calls atomic.Int64
+	calls         atomic.Int64
+	second, third atomic.Int64 // UnixNano
 }
 
 func (e *exhaustOnce) GenerateBatch(dst []int64) (int, error) {
-	if e.calls.Add(1) == 2 {
+	call := e.calls.Add(1)
+	switch call {
+	case 2:
+		e.second.Store(time.Now().UnixNano())
+	case 3:
+		e.third.Store(time.Now().UnixNano())
+	}
+	if call == 2 {
 		n, err := e.Generator.GenerateBatch(dst[:len(dst)/2])
 		if err != nil {
 			return n, err
@@ -338,18 +348,24 @@ func (e *exhaustOnce) GenerateBatch(dst []int64) (int, error) {
 }
 
 // A second used up in the middle of a binary answer is waited out: the
-// answer completes with the next second's IDs, none lost or repeated.
+// answer completes with the next second's IDs, none lost or repeated. The
+// wait is for the next second and no longer: the generator is called
+// again once the wall clock's second has changed, and within a second of
+// that (stretched by the measured slowdown).
 func TestBinaryWaitsOutExhaustion(t *testing.T) {
+	meter := slowdown.Start()
 	gen := &exhaustOnce{Generator: newSharded(t)}
 	_, ts := newServer(t, Config{Generator: gen})
 	n := 3 * binaryChunk
-	start := time.Now()
 	resp, body := do(t, "GET", ts.URL+"/v1/ids?count="+strconv.Itoa(n), acceptBinary)
 	if resp.StatusCode != 200 || len(body) != 8*n {
 		t.Fatalf("status %d, %d bytes; want 200 and %d", resp.StatusCode, len(body), 8*n)
 	}
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("took %v", took)
+	exhausted, resumed := time.Unix(0, gen.second.Load()), time.Unix(0, gen.third.Load())
+	next := exhausted.Truncate(time.Second).Add(time.Second)
+	if slack := meter.Stretch(time.Second); resumed.Before(next) || resumed.After(next.Add(slack)) {
+		t.Errorf("exhausted at %v, generated again at %v; want from the next second %v to %v later (%s)",
+			exhausted.Format(time.StampMicro), resumed.Format(time.StampMicro), next.Format(time.StampMicro), slack, meter)
 	}
 	ids := decodeBinary(t, body)
 	checkDistinct(t, ids)

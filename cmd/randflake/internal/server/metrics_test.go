@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 func TestRouteOf(t *testing.T) {
@@ -46,7 +47,7 @@ func TestOpsMetrics(t *testing.T) {
 	// A duration is observed once the handler has returned, which can be
 	// just after the client has read the whole answer.
 	n := 0
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(slowdown.Stretch(5 * time.Second)); ; time.Sleep(5 * time.Millisecond) {
 		if n = testutil.CollectAndCount(reg, "http_request_duration_seconds"); n >= 4 || time.Now().After(deadline) {
 			break
 		}
