@@ -122,8 +122,10 @@ type opts struct {
 	ahead   time.Duration // the process's clock is this far ahead
 	addr    string        // connect through this address
 	layout  randflake.BlockLayout
-	idle    bool // no load (a process that only holds its node IDs)
-	waitFor bool // retry while every block is held (a successor waiting for a claim to lapse)
+	idle    bool          // no load (a process that only holds its node IDs)
+	waitFor bool          // retry while every block is held (a successor waiting for a claim to lapse)
+	horizon time.Duration // the fleet's horizon (0: the store's promise)
+	secret  []byte        // the fleet secret (nil: Secret())
 }
 
 // proc is a process: a store handle, its BlockSource and, once started, a
@@ -161,8 +163,12 @@ func (e *env) newProc(prefix string, o opts) *proc {
 	if layout == (randflake.BlockLayout{}) {
 		layout = e.h.Layout
 	}
+	secret := o.secret
+	if secret == nil {
+		secret = Secret()
+	}
 	src, err := randflake.NewBlockSource(p.timed, randflake.BlockSourceConfig{
-		Secret: Secret(), Layout: layout, Blocks: e.h.Blocks, Now: p.now, Logger: e.log.With("process", p.name)})
+		Secret: secret, Layout: layout, Blocks: e.h.Blocks, Horizon: o.horizon, Now: p.now, Logger: e.log.With("process", p.name)})
 	if err != nil {
 		e.t.Fatalf("%s: NewBlockSource: %v", p.name, err)
 	}

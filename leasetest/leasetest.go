@@ -37,6 +37,9 @@ var subtests = []subtest{
 	{"CutOff", cutOff, true},
 	{"RangeChecks", rangeChecks, true},
 	{"LayoutMismatch", layoutMismatch, false},
+	{"LongerPromiseThenWipe", longerPromiseThenWipe, true},
+	{"ClockAheadFindsUnknownHistory", clockAheadFindsUnknownHistory, true},
+	{"AnotherFleet", anotherFleet, true},
 }
 
 // Run checks a BlockStore against the rules of the lease engine. Each
@@ -82,10 +85,21 @@ var subtests = []subtest{
 //     trusted.
 //   - LayoutMismatch: a process configured with another layout is refused
 //     with ErrFleetMismatch.
+//   - LongerPromiseThenWipe: with a fleet horizon longer than the store's
+//     promise, a member promising beyond its horizon is refused
+//     (ErrBeyondHorizon), and after a wipe (Wipe) a newcomer waits out
+//     the horizon, not its own promise.
+//   - ClockAheadFindsUnknownHistory: a process an hour ahead finds the
+//     history unknown (after Wipe) and writes the marker from its clock;
+//     a process with the true clock caps it at its own bound instead of
+//     waiting the hour, on another block.
+//   - AnotherFleet: a process under another fleet's secret is refused with
+//     ErrFleetMismatch and writes nothing (ReadMarker, if given); the
+//     holder keeps its claim, a newcomer of the fleet waits nothing.
 //
 // A subtest whose hook is nil is skipped with a message naming the hook.
 // Under -short (testing.Short) every subtest but DisjointClaims and
-// LayoutMismatch is skipped: they wait out lease seconds.
+// LayoutMismatch is skipped: the others wait out lease seconds.
 // Each wait is bounded by a budget derived from the store's promise; with
 // promises of 2 to 3 seconds a subtest takes a few seconds.
 func Run(t *testing.T, h Harness) {
