@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/internal/slowdown"
 )
 
 // unknownWait is what unknown history costs: DefaultHorizon, and the lease
@@ -26,9 +27,10 @@ const unknownWait = int64(DefaultHorizon/time.Second) + 1
 
 // used leaves a state directory as a crashed holder would: it claimed and
 // renewed blocks 0 and 1, and died without releasing them. It returns the
-// directory's path, the holder's promise, and the state file as it was
-// after the claim, before the renewal (an older copy).
-func used(t *testing.T) (path string, promise int64, older []byte) {
+// directory's path, the holder's promise, the state file as it was after
+// the claim, before the renewal (an older copy), and the second a restart's
+// clock starts from.
+func used(t *testing.T) (path string, promise int64, older []byte, restart int64) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "state")
 	d, err := Open(path)
@@ -47,7 +49,10 @@ func used(t *testing.T) (path string, promise int64, older []byte) {
 		t.Fatal(err)
 	}
 	kill(t, s) // SIGKILL: the kernel drops the locks, nothing is written
-	return path, l.End, older
+	// A restart's clock is not behind the dead holder's: t0+4, or later
+	// if the holder's clock (real time from t0, plus 3 s) got further
+	// before the kill, as on a loaded machine.
+	return path, l.End, older, max(t0+4, clk.sec())
 }
 
 // reopen opens path afresh, as a restarted process does, on a clock
@@ -188,9 +193,8 @@ func TestLostHistoryIsWaitedOut(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			path, promise, older := used(t)
+			path, promise, older, now := used(t)
 			c.damage(t, path, older)
-			now := int64(t0 + 4)
 			s, clk := reopen(t, path, now, Options{Nodes: 128, LastNode: 1023})
 			l, took := acquire(t, s)
 			if l.Start < now+unknownWait || l.Start <= promise {
@@ -242,8 +246,8 @@ func writeState(t *testing.T, dir string, data []byte) {
 // one waits; and a brand-new directory needs no wait.
 func TestCompleteHistoryNeedsNoWait(t *testing.T) {
 	t.Parallel()
-	path, promise, _ := used(t)
-	s, clk := reopen(t, path, t0+4, Options{Nodes: 128, LastNode: 1023})
+	path, promise, _, restart := used(t)
+	s, clk := reopen(t, path, restart, Options{Nodes: 128, LastNode: 1023})
 	from := clk.sec()
 	l, took := acquire(t, s)
 	if l.FirstNode == 0 || l.Start > from {
@@ -278,11 +282,20 @@ func TestExternalSecretWaitsInNewDirectory(t *testing.T) {
 		l   randflake.Lease
 		err error
 	}
+	// It joins once the first holds its claim, which it does while it
+	// waits (a fixed pause let it come first on a loaded machine), on a
+	// clock not behind the first's.
 	joined := make(chan result, 1)
 	go func() {
-		time.Sleep(500 * time.Millisecond)
-		b, _ := reopen(t, d.path, t0, Options{Nodes: 64, LastNode: 127})
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		slow := slowdown.Start()
+		for start := time.Now(); a.store.current() == nil; time.Sleep(10 * time.Millisecond) {
+			if limit := slow.Stretch(10 * time.Second); time.Since(start) > limit {
+				joined <- result{err: fmt.Errorf("the first process held no claim after %v (%s)", limit, slow)}
+				return
+			}
+		}
+		b, _ := reopen(t, d.path, clk.sec(), Options{Nodes: 64, LastNode: 127})
+		ctx, cancel := context.WithTimeout(context.Background(), slowdown.Stretch(60*time.Second))
 		defer cancel()
 		l, err := b.Acquire(ctx)
 		joined <- result{l, err}
@@ -398,11 +411,11 @@ func TestWaitExtendsNoPromise(t *testing.T) {
 		t.Skip("waits out the 10 s horizon of unknown history: not in -short")
 	}
 	t.Parallel()
-	path, promise, _ := used(t)
+	path, promise, _, restart := used(t)
 	must(0, os.Remove(filepath.Join(path, "state")))
 	var unknown []int64
 	for i := 0; i < 3; i++ {
-		s, _ := reopen(t, path, t0+4+int64(i), Options{Nodes: 1024, LastNode: 1023})
+		s, _ := reopen(t, path, restart+int64(i), Options{Nodes: 1024, LastNode: 1023})
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond) // SIGTERM during the wait
 		_, err := s.Acquire(ctx)
 		cancel()
@@ -411,7 +424,7 @@ func TestWaitExtendsNoPromise(t *testing.T) {
 		}
 		unknown = append(unknown, markedUnknown(t, path))
 	}
-	s, _ := reopen(t, path, t0+6, Options{Nodes: 1024, LastNode: 1023})
+	s, _ := reopen(t, path, restart+2, Options{Nodes: 1024, LastNode: 1023})
 	l, _ := acquire(t, s)
 	for i, u := range unknown {
 		if u+1 != l.Start {
