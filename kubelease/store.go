@@ -192,8 +192,10 @@ func (s *Store) labels() map[string]string {
 //     when they collide for long): until the claim could lapse on
 //     another holder's clock (its last renewal plus the TTL, less twice
 //     the clock allowance), the time in which a slow API server's answer
-//     still keeps it; and at least a third of the TTL, for one begun
-//     later, after failures, which may still find the claim its own.
+//     still keeps it, and a third of the TTL at least; a TTL, as for a
+//     claim, once it may have lapsed already (an attempt begun late,
+//     after failures, or the release of a claim not renewed since),
+//     which may still find the claim its own.
 //   - For a claim (no lease runs yet): a TTL per attempt of the step.
 //   - For freeing the claims of a step that did not commit: a third of
 //     the TTL (a claim left behind lapses after its TTL).
@@ -201,11 +203,13 @@ func (s *Store) timeout(c *storeClaim) (time.Duration, string) {
 	if c == nil {
 		return s.ttl, "a TTL, the bound of each attempt of a claim"
 	}
-	d := s.ttl / 3
-	if r := c.renewedAt(); !r.IsZero() {
-		d = max(d, r.Add(s.ttl-2*known(s.skew)).Sub(s.now()))
+	lapse := c.renewedAt().Add(s.ttl - 2*known(s.skew))
+	if !s.now().Before(lapse) {
+		// It may have lapsed already: there is no lapse left to beat,
+		// and a slow server is given as long as for a claim.
+		return s.ttl, "a TTL, the bound for a claim that may have lapsed already"
 	}
-	return d, "until the claim could lapse, and a third of the TTL at least"
+	return max(s.ttl/3, lapse.Sub(s.now())), "until the claim could lapse, and a third of the TTL at least"
 }
 
 // bound returns ctx bounded for what, for the held claim c (nil: a
