@@ -672,10 +672,25 @@ func TestNewLeasedRestart(t *testing.T) {
 		}
 		var minTS, maxTS int64
 		batch := make([]int64, 500)
-		for range 20 {
+		// A machine that starves the renewals lets the 2 s lease end
+		// before it is renewed: generation stops until it is (the bound,
+		// stretched by the measured slowdown, ends a wait for a renewal
+		// that never comes).
+		slow := slowdown.Start()
+		var stopped time.Time // when generation stopped, if it did
+		for i := 0; i < 20; {
 			n, err := g.GenerateBatch(batch)
-			if err != nil {
+			switch {
+			case err == nil:
+				i, stopped = i+1, time.Time{}
+			case !errors.Is(err, randflake.ErrInvalidLease):
 				t.Fatal(err)
+			case stopped.IsZero():
+				stopped = time.Now()
+			case time.Since(stopped) > slow.Stretch(10*time.Second):
+				t.Fatalf("run %d: no IDs for %v (%s): %v", run, time.Since(stopped).Round(time.Millisecond), slow, err)
+			default:
+				time.Sleep(10 * time.Millisecond)
 			}
 			for _, id := range batch[:n] {
 				if seen[id] {
