@@ -57,6 +57,10 @@ type BlockSource struct {
 
 	mu       sync.Mutex
 	held     *heldClaim
+	// horizonSeen is the longest horizon read in a valid marker (seconds):
+	// a member with a longer promise joined the fleet, and this process
+	// waits it out even after a wipe took the marker (rule 13).
+	horizonSeen int64
 	position uint64 // the highest store position seen
 	identity string // the store identity seen with it
 }
@@ -190,7 +194,9 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 		}
 		a.records[b.First] = r
 	}
-	wait := s.wait
+	// The longest horizon this process has read counts even when the
+	// marker that said it is gone (a wipe): rule 13.
+	wait := max(s.wait, s.horizonSeen+ceilSeconds(s.info.MaxClockSkew))
 	switch {
 	case v.Marker == nil && v.Fresh && present == 0:
 		// Rule 6: a store created empty by its own initialisation has no
@@ -217,7 +223,8 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 				ErrFleetMismatch, s.info.Name, m.layout.Size, m.layout.FirstNode, m.layout.LastNode, s.layout.Size, s.layout.FirstNode, s.layout.LastNode)
 		}
 		a.marker = m
-		wait = max(wait, m.horizon+ceilSeconds(s.info.MaxClockSkew))
+		s.horizonSeen = max(s.horizonSeen, m.horizon)
+		wait = max(wait, s.horizonSeen+ceilSeconds(s.info.MaxClockSkew))
 		if s.capUnknown(&a.marker, now, wait) {
 			a.write = true
 		}
@@ -249,7 +256,7 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 		a.write = true
 	}
 	a.marker.id = v.NextID
-	a.marker.horizon = max(a.marker.horizon, ceilSeconds(s.info.Promise))
+	a.marker.horizon = max(a.marker.horizon, ceilSeconds(s.info.Promise), s.horizonSeen)
 	a.marker.digest = digest
 	a.read = v.Identity
 	return a, nil
@@ -342,7 +349,7 @@ func (s *BlockSource) choose(v *StoreView, a *assessment, now int64) (slots []cl
 		}
 		switch {
 		case !ok || sl.until >= MaxTimestamp:
-		case behind || sl.until > now+2*max(s.wait, a.marker.horizon)+skew:
+		case behind || sl.until > now+2*max(s.wait, a.marker.horizon, s.horizonSeen)+skew:
 			refused++
 		default:
 			slots = append(slots, sl)
@@ -647,7 +654,8 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 			}
 			a.marker = m
 			a.marker.id = v.NextID
-			s.capUnknown(&a.marker, s.now().Unix(), max(s.wait, m.horizon+ceilSeconds(s.info.MaxClockSkew)))
+			s.horizonSeen = max(s.horizonSeen, m.horizon)
+			s.capUnknown(&a.marker, s.now().Unix(), max(s.wait, s.horizonSeen+ceilSeconds(s.info.MaxClockSkew)))
 			promised = fill(ch, a)
 			ch.Marker = formatMarker(s.key, a.marker)
 			sent = ch
@@ -761,7 +769,7 @@ func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
 			if err != nil {
 				return nil, err
 			}
-			wait := max(s.wait, a.marker.horizon+ceilSeconds(s.info.MaxClockSkew))
+			wait := max(s.wait, max(a.marker.horizon, s.horizonSeen)+ceilSeconds(s.info.MaxClockSkew))
 			a.marker.unknown = max(a.marker.unknown, min(now+wait, MaxTimestamp))
 			unknown, read = a.marker.unknown, a.read
 			return &StoreChanges{Marker: formatMarker(s.key, a.marker)}, nil

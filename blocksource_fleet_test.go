@@ -214,3 +214,36 @@ func TestBlockSourcePromiseBeyondHorizon(t *testing.T) {
 		t.Errorf("a promise of 3s under a horizon of 3s: %v", err)
 	}
 }
+
+// A member that has read a longer horizon in the marker (another member
+// promises further ahead) waits it out after a wipe takes the marker,
+// not only its own promise (rule 13).
+func TestBlockSourceRemembersHorizon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a 3 s horizon: not in -short")
+	}
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	long, _ := newSource(t, b, leasetest.MemOptions{Promise: 3 * time.Second}, 1)
+	ll, err := long.Acquire(ctxFor(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, _ := newSource(t, b, locks, 1)
+	ls, err := short.Acquire(ctxFor(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := short.Release(ctxFor(t, 10*time.Second), ls, ls.Start-1); err != nil {
+		t.Fatal(err)
+	}
+	from := time.Now().Unix()
+	b.Wipe()
+	l, err := short.Acquire(ctxFor(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Start < from+3+1 {
+		t.Errorf("after a wipe the member promising 1 s got %v at second %d: it waited its own promise, not the 3 s another member promises (%v)", l, from, ll)
+	}
+}
