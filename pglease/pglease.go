@@ -369,6 +369,14 @@ func (s *Source) ResetHistory(ctx context.Context) error {
 	return s.red.scrub(s.bs.ResetHistory(ctx))
 }
 
+// Status reads the tables in one step and describes the fleet marker and
+// every block (holder, record, promise) and the server's clock, writing
+// nothing: randflake lease status.
+func (s *Source) Status(ctx context.Context) (randflake.FleetStatus, error) {
+	st, err := s.bs.Status(ctx)
+	return st, s.red.scrub(err)
+}
+
 // defaultHolder describes this process.
 func defaultHolder() string {
 	h, _ := os.Hostname()

@@ -176,11 +176,12 @@ func writeStatusText(w io.Writer, st randflake.FleetStatus) {
 	held := 0
 	for i := 0; i < len(st.Blocks); i++ {
 		b := st.Blocks[i]
-		// A run of free blocks alike (never used, say) is one line.
+		// A run of blocks alike (free and never used, or one claim's) is
+		// one line.
 		last, n := b.Last, 1
-		for !b.Held && b.Problem == "" && i+1 < len(st.Blocks) {
+		for b.Problem == "" && i+1 < len(st.Blocks) {
 			c := st.Blocks[i+1]
-			if c.Held || c.Record != b.Record || c.Until != b.Until || c.Free != b.Free || c.Problem != "" {
+			if c.Held != b.Held || c.Holder != b.Holder || c.Record != b.Record || c.Until != b.Until || c.Free != b.Free || c.Problem != "" {
 				break
 			}
 			last, n = c.Last, n+1
@@ -192,7 +193,7 @@ func writeStatusText(w io.Writer, st randflake.FleetStatus) {
 		}
 		holder := "-"
 		if b.Held {
-			held++
+			held += n
 			holder = b.Holder
 			if holder == "" {
 				holder = "(held)"
