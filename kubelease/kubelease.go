@@ -46,9 +46,8 @@
 // engine, then:
 //
 //  1. claims its blocks, each a create of the block's Lease or an update
-//     conditioned on the resource version listed (if another process
-//     claimed or renewed one meanwhile, the claims made are freed and the
-//     step runs again on a new list, as after step 2 lost);
+//     conditioned on the resource version listed (a block another process
+//     claimed or renewed meanwhile is refused with randflake.ErrBlockHeld);
 //  2. commits: one update of the fleet object, conditioned on its resource
 //     version listed, that writes the new marker and, as a pending step,
 //     the records and releases to write to the blocks' objects. If another

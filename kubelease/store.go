@@ -452,13 +452,6 @@ func (s *Store) attempt(ctx context.Context, c *storeClaim, held randflake.Store
 		claimedAt = s.now()
 		for _, f := range ch.Claim {
 			l, err := s.claim(ctx, f, sn.blocks[f], fresh.identity)
-			if errors.Is(err, randflake.ErrBlockHeld) {
-				// Changed since the list (another claimant took it
-				// first, or its holder renewed it): the step runs again
-				// on a new list, as after a commit that lost.
-				s.undo(undo)
-				return held, true, nil
-			}
 			if err != nil {
 				s.undo(undo)
 				return held, false, err
