@@ -344,10 +344,14 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 	for step := 0; step < maxSteps; step++ {
 		if step > 0 {
 			// Steps that collided on the fleet object try again at
-			// random moments, not all at once: spread over as long as
-			// an attempt takes, so that on a slow API server they do
-			// not meet again.
-			spread := max(time.Duration(step)*50*time.Millisecond, took)
+			// random moments, not all at once; a held claim's, spread
+			// over as long as an attempt takes, so that on a slow API
+			// server they do not meet again. (A claim's are not: the
+			// engine counts its lease from before the step.)
+			spread := time.Duration(step) * 50 * time.Millisecond
+			if c != nil {
+				spread = max(spread, took)
+			}
 			if err := sleepCtx(ctx, time.Duration(mrand.Int64N(int64(spread)))); err != nil {
 				return held, fmt.Errorf("kubelease: %s: %w", what, context.Cause(ctx))
 			}
