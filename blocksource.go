@@ -408,8 +408,39 @@ func (s *BlockSource) Acquire(ctx context.Context) (Lease, error) {
 		s.abandon(c)
 		return Lease{}, err
 	}
+	if err := s.refreshEnd(ctx, c); err != nil {
+		s.abandon(c)
+		return Lease{}, err
+	}
 	s.held = c
 	return c.lease, nil
+}
+
+// refreshEnd renews a claim whose lease would end before it starts: the
+// claiming step took so long (a loaded machine, a slow store) that the
+// claim, valid from before the step, has little or nothing left by the
+// lease's first second. The renewal gives the lease its end from now.
+func (s *BlockSource) refreshEnd(ctx context.Context, c *heldClaim) error {
+	if c.lease.End >= c.lease.Start || s.info.EndFor == nil {
+		return nil
+	}
+	t0 := s.now()
+	id, err := s.store.Renew(ctx, c.handle)
+	if errors.Is(err, ErrLeaseLost) {
+		return s.renewLost(ctx, id, err)
+	}
+	if err != nil {
+		return fmt.Errorf("randflake: %s: renewing node IDs %d-%d, claimed in a step too slow for its lease to start: %w", s.info.Name, c.lease.FirstNode, c.lease.LastNode, err)
+	}
+	if err := s.checkPosition(ctx, id); err != nil {
+		return err
+	}
+	c.lease.End = s.endFor(t0, c.promised)
+	if c.lease.End < c.lease.Start {
+		return fmt.Errorf("randflake: %s: the lease on node IDs %d-%d would end at %s, before its start %s, even after a renewal: the store or this machine is too slow for the TTL",
+			s.info.Name, c.lease.FirstNode, c.lease.LastNode, formatSecond(c.lease.End), formatSecond(c.lease.Start))
+	}
+	return nil
 }
 
 // claim runs the claiming step: assess the store, choose a run, claim it,

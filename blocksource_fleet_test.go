@@ -2,6 +2,7 @@ package randflake_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -245,5 +246,54 @@ func TestBlockSourceRemembersHorizon(t *testing.T) {
 	}
 	if l.Start < from+3+1 {
 		t.Errorf("after a wipe the member promising 1 s got %v at second %d: it waited its own promise, not the 3 s another member promises (%v)", l, from, ll)
+	}
+}
+
+// slowClaims delays every step of a store, as a loaded machine or a busy
+// server does.
+type slowClaims struct {
+	randflake.BlockStore
+	delay time.Duration
+}
+
+func (s slowClaims) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+	time.Sleep(s.delay)
+	return s.BlockStore.Update(ctx, held, all, fn)
+}
+
+// A claim whose step took longer than its claim's validity allows for
+// (the lease, ended from the step's start, would end before it starts) is
+// renewed before it is handed out: the lease is valid, and ends after the
+// renewal's bound.
+func TestBlockSourceSlowClaimRenewed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a claim step of 3 s: not in -short")
+	}
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	opts := leasetest.MemOptions{TTL: 2 * time.Second}
+	first, _ := newSource(t, b, opts, unitLayout.Count())
+	l1, err := first.Acquire(ctxFor(t, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Released with its last second used: the next lease starts after it.
+	if err := first.Release(ctxFor(t, 10*time.Second), l1, l1.End); err != nil {
+		t.Fatal(err)
+	}
+	h, err := b.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := randflake.NewBlockSource(slowClaims{h, 3 * time.Second}, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Blocks: unitLayout.Count()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := src.Acquire(ctxFor(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("a claim in a 3 s step after a release at the lease's end %v: %v", l1, err)
+	}
+	if err := l2.Validate(); err != nil || l2.Start <= l1.End {
+		t.Errorf("a claim in a 3 s step got %v (%v), want a valid lease after %v", l2, err, l1)
 	}
 }
