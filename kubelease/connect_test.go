@@ -39,7 +39,7 @@ func TestInCluster(t *testing.T) {
 	if cli.Namespace() != ns {
 		t.Errorf("namespace %q, want %q from the service account", cli.Namespace(), ns)
 	}
-	cfg := Config{Client: cli, Secret: testSecret, Nodes: 16, LastNode: 127, TTL: testTTL, MaxClockSkew: testSkew}
+	cfg := Config{Client: cli, Secret: testSecret, Nodes: 16, LastNode: 127, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew}
 	if _, err := NewLeased(testCtx(t, "a claim without the Role", 30*time.Second), testSecret, cfg); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("with the token of a user without the Role: %v, want ErrForbidden", err)
 	}
@@ -98,7 +98,7 @@ contexts:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newLeased(t, Config{Client: cli, Secret: testSecret, Nodes: 16, LastNode: 127, TTL: testTTL, MaxClockSkew: testSkew})
+	g := newLeased(t, Config{Client: cli, Secret: testSecret, Nodes: 16, LastNode: 127, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew})
 	if _, err := g.Generate(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ contexts:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g2 := newLeased(t, Config{Client: cli2, Secret: testSecret, Nodes: 16, LastNode: 127, TTL: testTTL, MaxClockSkew: testSkew})
+	g2 := newLeased(t, Config{Client: cli2, Secret: testSecret, Nodes: 16, LastNode: 127, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew})
 	if g.Lease().FirstNode == g2.Lease().FirstNode {
 		t.Errorf("the certificate user and the token user share node IDs %v", g.Lease())
 	}

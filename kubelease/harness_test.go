@@ -68,7 +68,7 @@ func testClient(t testing.TB, c *kubetest.Cluster, user, addr string) (*Client, 
 // testConfig is the tests' configuration: blocks of 16 node IDs in
 // 0..last, the test TTL, clock bound and secret.
 func testConfig(cli *Client, ns string, last int64, holder string) Config {
-	return Config{Client: cli, Namespace: ns, Secret: testSecret, Nodes: 16, LastNode: last, TTL: testTTL, MaxClockSkew: testSkew, Holder: holder}
+	return Config{Client: cli, Namespace: ns, Secret: testSecret, Nodes: 16, LastNode: last, TTL: testTTL, Horizon: testTTL, MaxClockSkew: testSkew, Holder: holder}
 }
 
 // newLeased returns a generator on cfg, closed when t ends.

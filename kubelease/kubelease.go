@@ -172,6 +172,9 @@ const (
 	MinTTL = 3 * time.Second
 	// MaxTTL is the longest TTL.
 	MaxTTL = time.Hour
+	// DefaultHorizon is the fleet's bound on promises (Config.Horizon):
+	// the promise of DefaultTTL, one TTL.
+	DefaultHorizon = DefaultTTL
 )
 
 // Errors of Kubernetes leases. ErrNoFreeNodes and ErrClockBehind are the
@@ -219,6 +222,14 @@ type Config struct {
 	// (MaxClockSkew + 1 s) plus a tenth of the TTL must not exceed half
 	// the TTL.
 	TTL time.Duration
+	// Horizon is the fleet's bound on promises: the longest TTL any
+	// member of the fleet may use, the same on every member (0:
+	// DefaultHorizon, the default TTL). A process whose TTL is longer is
+	// refused, naming both: after the Lease objects are deleted every
+	// member waits out unknown history for Horizon and the clock
+	// allowances only. To lengthen TTLs, raise Horizon on every member
+	// first (rule 13 of docs/leases.md).
+	Horizon time.Duration
 	// MaxClockSkew bounds the difference between this machine's clock
 	// and the API server's (0: DefaultMaxClockSkew).
 	MaxClockSkew time.Duration
@@ -282,6 +293,13 @@ func (cfg Config) normalize() (Config, error) {
 		return cfg, fmt.Errorf("kubelease: MaxClockSkew %v with TTL %v: 2 x (MaxClockSkew + 1s) + %v must not exceed half the TTL",
 			cfg.MaxClockSkew, cfg.TTL, margin(cfg.TTL))
 	}
+	if cfg.Horizon == 0 {
+		cfg.Horizon = DefaultHorizon
+	}
+	if cfg.Horizon < 0 || cfg.Horizon > MaxTTL {
+		return cfg, fmt.Errorf("kubelease: horizon %v: want 0 to %v", cfg.Horizon, MaxTTL)
+	}
+	cfg.Horizon = (cfg.Horizon + time.Second - 1) / time.Second * time.Second
 	if cfg.Holder == "" {
 		cfg.Holder = defaultHolder()
 	}
@@ -332,14 +350,19 @@ func New(cfg Config) (*Source, error) {
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("kubelease: Config.Secret is empty: the fleet's secret signs the records on the Lease objects")
 	}
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
 	st, err := NewStore(cfg)
 	if err != nil {
 		return nil, err
 	}
 	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{
-		Secret: cfg.Secret,
-		Layout: st.Layout(),
-		Logger: cfg.Logger,
+		Secret:  cfg.Secret,
+		Layout:  st.Layout(),
+		Horizon: cfg.Horizon,
+		Logger:  cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kubelease: %w", err)

@@ -509,7 +509,7 @@ var errConflict = errors.New("kubelease: the object changed since it was read")
 // view builds the engine's view of a snapshot: every block of the layout
 // (all) or the held claim's.
 func (s *Store) view(sn *snapshot, c *storeClaim, all bool) *randflake.StoreView {
-	v := &randflake.StoreView{Identity: randflake.StoreIdentity{ID: sn.fleet.Metadata.UID, Position: sn.rev}}
+	v := &randflake.StoreView{Identity: randflake.StoreIdentity{ID: sn.fleet.Metadata.UID, Position: sn.rev}, Clock: sn.rep.date}
 	v.NextID = v.Identity.ID
 	if m, ok := sn.fleet.Metadata.Annotations[AnnotationMarker]; ok {
 		v.Marker = []byte(m)
@@ -530,6 +530,10 @@ func (s *Store) view(sn *snapshot, c *storeClaim, all bool) *randflake.StoreView
 	add := func(f int64) {
 		b := randflake.BlockState{First: f, Last: f + s.layout.Size - 1, Held: heldBy[f]}
 		if l := sn.blocks[f]; l != nil {
+			if b.Held {
+				// "HOLDER claim TOKEN": the holder, not the claim's token.
+				b.Holder, _, _ = strings.Cut(l.holder(), " claim ")
+			}
 			if r, ok := l.Metadata.Annotations[AnnotationRecord]; ok {
 				b.Record = []byte(r)
 			}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 // A kubeconfig's current context gives the server, the CA (a file
@@ -170,6 +172,19 @@ func TestConfigChecks(t *testing.T) {
 	}
 	if _, err := (Config{Client: cli, Secret: nil}).normalize(); err != nil {
 		t.Errorf("the defaults refused: %v", err)
+	}
+	// A TTL past the fleet's horizon is refused, naming both, unless the
+	// horizon is raised with it (rule 13 of docs/leases.md).
+	long := Config{Client: cli, Secret: []byte("0123456789abcdef"), TTL: 20 * time.Minute}
+	if _, err := New(long); !errors.Is(err, randflake.ErrBeyondHorizon) || !strings.Contains(err.Error(), "promise 20m0s ahead, beyond the fleet's horizon of 15s") {
+		t.Errorf("a TTL of 20m under the default horizon: %v, want ErrBeyondHorizon naming both", err)
+	}
+	long.Horizon = 20 * time.Minute
+	if _, err := New(long); err != nil {
+		t.Errorf("a TTL of 20m under a horizon of 20m: %v", err)
+	}
+	if _, err := (Config{Client: cli, Horizon: -time.Second}).normalize(); err == nil {
+		t.Error("a negative horizon was accepted")
 	}
 	if _, err := NewClient(ClientConfig{Server: "ftp://x"}); err == nil {
 		t.Error("an ftp:// server accepted")

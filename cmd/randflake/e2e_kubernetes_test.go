@@ -71,7 +71,7 @@ func (f *kubeFleet) config(t *testing.T, user, addr string) string {
 // TTL and clock bound, the kubeconfig kc.
 func (f *kubeFleet) args(kc string, claim int) []string {
 	return []string{"--node-source", "kubernetes", "--kubeconfig", kc, "--claim", strconv.Itoa(claim),
-		"--kube-ttl", kubeTTL.String(), "--kube-max-clock-skew", kubeSkew.String()}
+		"--kube-ttl", kubeTTL.String(), "--kube-horizon", kubeTTL.String(), "--kube-max-clock-skew", kubeSkew.String()}
 }
 
 // kubePodEnv is the environment of pod name: the test secret, and the pod's

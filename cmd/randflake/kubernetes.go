@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/kubelease"
 )
 
@@ -18,6 +19,7 @@ type kubeFlags struct {
 	kubeconfig string
 	name       string
 	ttl        time.Duration
+	horizon    time.Duration // the fleet's bound on promises
 	skew       time.Duration
 }
 
@@ -26,18 +28,19 @@ func (k *kubeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "with --node-source kubernetes: kubeconfig file to reach the API server from outside a cluster (token or client-certificate users); default: the pod's service account")
 	fs.StringVar(&k.name, "kube-lease-name", kubelease.DefaultName, "with --node-source kubernetes: name of the fleet's Lease object, prefix of its blocks' and value of their randflake.io/fleet label")
 	fs.DurationVar(&k.ttl, "kube-ttl", 0, fmt.Sprintf("with --node-source kubernetes: leaseDurationSeconds of the claims: a crashed process's node IDs are free again after it (default %v)", kubelease.DefaultTTL))
+	fs.DurationVar(&k.horizon, "kube-horizon", 0, fmt.Sprintf("with --node-source kubernetes: the fleet's bound on promises, the same on every member, at least --kube-ttl; deleted Lease objects are waited out for it (default %v)", kubelease.DefaultHorizon))
 	fs.DurationVar(&k.skew, "kube-max-clock-skew", 0, fmt.Sprintf("with --node-source kubernetes: bound on this machine's clock against the API server's, checked at every claim and renewal (default %v)", kubelease.DefaultMaxClockSkew))
 }
 
 // set reports whether any flag of the kubernetes source was given.
 func (k *kubeFlags) set() bool {
-	return k.namespace != "" || k.kubeconfig != "" || k.ttl != 0 || k.skew != 0 || (k.name != "" && k.name != kubelease.DefaultName)
+	return k.namespace != "" || k.kubeconfig != "" || k.ttl != 0 || k.horizon != 0 || k.skew != 0 || (k.name != "" && k.name != kubelease.DefaultName)
 }
 
 // check returns a usage error for flags out of range.
 func (k *kubeFlags) check() error {
-	if k.ttl < 0 || k.skew < 0 {
-		return usagef("--kube-ttl and --kube-max-clock-skew must not be negative")
+	if k.ttl < 0 || k.horizon < 0 || k.skew < 0 {
+		return usagef("--kube-ttl, --kube-horizon and --kube-max-clock-skew must not be negative")
 	}
 	return nil
 }
@@ -59,9 +62,12 @@ func (l *leaseFlags) openKubernetes(ctx context.Context, log *slog.Logger, secre
 	}
 	src, err := kubelease.New(kubelease.Config{
 		Client: cli, Namespace: l.kube.namespace, Name: l.kube.name, Secret: secret,
-		Nodes: l.claim, TTL: l.kube.ttl, MaxClockSkew: l.kube.skew, Logger: log,
+		Nodes: l.claim, TTL: l.kube.ttl, Horizon: l.kube.horizon, MaxClockSkew: l.kube.skew, Logger: log,
 	})
 	if err != nil {
+		if errors.Is(err, randflake.ErrBeyondHorizon) {
+			return nil, usagef("%v: give every member of the fleet the same --kube-horizon ($RANDFLAKE_KUBE_HORIZON), at least --kube-ttl", err)
+		}
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	where := cli.Server()
