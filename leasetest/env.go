@@ -298,18 +298,24 @@ func (p *proc) runFor(d time.Duration) {
 }
 
 // timedStore notes when the first claim of its process was made: the
-// Update that returned it began no earlier than begun and had applied by
-// done.
+// Update that returned it read the store (called its fn) for the last
+// time no earlier than begun, and had applied by done.
 type timedStore struct {
 	randflake.BlockStore
 	mu          sync.Mutex
 	begun, done time.Time
 }
 
-// Update runs the step, noting when the first claim was made.
+// Update runs the step, noting when the first claim was made: begun is
+// when the step last called fn, with the view that decided the claim (a
+// step on a loaded machine or a busy store may call it seconds after it
+// began, or call it again after a conflict).
 func (s *timedStore) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
-	begun := time.Now()
-	c, err := s.BlockStore.Update(ctx, held, all, fn)
+	var begun time.Time
+	c, err := s.BlockStore.Update(ctx, held, all, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+		begun = time.Now()
+		return fn(v)
+	})
 	if err == nil && held == nil && c != nil {
 		s.mu.Lock()
 		if s.begun.IsZero() {
