@@ -177,6 +177,18 @@ func TestServeKubernetesScaling(t *testing.T) {
 	if holders != 8 {
 		t.Errorf("Lease objects with 8 processes: %v, want 8 held by pod name, UID and claim token", held)
 	}
+	// lease status shows the 8 blocks held, by pod, and the API server's
+	// clock against this machine's.
+	status := runBinaryTimeout(t, 60*time.Second, secretEnv, append([]string{"lease", "status"}, args...)...)
+	for _, want := range []string{"store:    kubernetes ", "the store 20", "marker:   ok, fleet key ID ", "8 of 8 blocks held", " pod-0 uid uid-of-pod-0 "} {
+		if status.code != 0 || !strings.Contains(status.stdout, want) {
+			t.Errorf("lease status with 8 pods: exit %d, no %q in\n%s%s", status.code, want, status.stdout, status.stderr)
+		}
+	}
+	if regexp.MustCompile(`claim [0-9a-f]{16}`).MatchString(status.stdout) {
+		t.Errorf("lease status shows the holders' claim tokens:\n%s", status.stdout)
+	}
+	t.Logf("lease status with 8 pods:\n%s", status.stdout)
 	// A ninth finds every block claimed.
 	r := runBinaryTimeout(t, 60*time.Second, kubePodEnv("pod-8"), append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	if r.code != 1 || !strings.Contains(r.stderr, "every node-ID block is claimed") {

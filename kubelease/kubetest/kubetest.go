@@ -531,13 +531,18 @@ func (c *Cluster) etcdHealthy(ctx context.Context) error {
 	return nil
 }
 
+// probeClient is etcd's probes' own client: not http.DefaultClient,
+// whose transport a test binary may have replaced (the command's tests
+// check every answer of theirs against the OpenAPI document).
+var probeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 // probe sends a request to etcd and decodes its JSON answer into out.
 func (c *Cluster) probe(ctx context.Context, method, url string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := probeClient.Do(req)
 	if err != nil {
 		return err
 	}
