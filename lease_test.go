@@ -291,7 +291,7 @@ func TestLeasedReacquiresLostLease(t *testing.T) {
 	}
 	var lostAt time.Time
 	src.set(func(s *testSource) { lostAt = s.lostAt })
-	switch slack := stopping.Stretch(100 * time.Millisecond); {
+	switch slack := stopping.Stretch(250 * time.Millisecond); {
 	case lostAt.IsZero():
 		// The renewal came too late to see the loss before the lease's
 		// end, which stopped generation by itself.
