@@ -3,7 +3,9 @@ package leasetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/randflake/randflake"
@@ -38,36 +40,66 @@ func clockAhead(e *env) {
 	}
 
 	// Processes an hour ahead claim every other free run, and release.
-	var held []*proc
-	var leases []randflake.Lease
-	// The claimants stay alive, renewing their claims as their
-	// generators would, however long the claims and releases take on a
-	// loaded machine: a claim that lapsed would free its run again.
-	renewed := time.Now()
-	keepAlive := func(from int) {
-		if time.Since(renewed) <= e.info.Promise/4 {
-			return
-		}
-		for i := from; i < len(held); i++ {
-			l, err := held[i].renew(leases[i])
-			if err != nil {
-				t.Fatalf("%s, an hour ahead, renewing its claim %v while the others claim or release (%s): %v", held[i].name, leases[i], slowness(), err)
+	var (
+		mu       sync.Mutex
+		held     []*proc
+		leases   []randflake.Lease
+		released int // held[:released] are released
+		renewErr error
+	)
+	// The claimants stay alive, renewing their claims in the background
+	// as their generators would, however long each claim or release
+	// takes on a loaded machine: a claim that lapsed would free its run
+	// again.
+	stop := make(chan struct{})
+	var renewing sync.WaitGroup
+	renewing.Add(1)
+	go func() {
+		defer renewing.Done()
+		tick := time.NewTicker(max(e.info.Promise/6, 100*time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
 			}
-			leases[i] = l
+			mu.Lock()
+			ps, ls, from := slices.Clone(held), slices.Clone(leases), released
+			mu.Unlock()
+			for i := from; i < len(ps); i++ {
+				l, err := ps[i].renew(ls[i])
+				mu.Lock()
+				if err != nil && i >= released && renewErr == nil {
+					renewErr = fmt.Errorf("%s, an hour ahead, renewing its claim %v while the others claim or release (%s): %w", ps[i].name, ls[i], slowness(), err)
+				}
+				if err == nil {
+					leases[i] = l
+				}
+				mu.Unlock()
+			}
 		}
-		renewed = time.Now()
+	}()
+	stopRenewing := func() {
+		close(stop)
+		renewing.Wait()
+		if renewErr != nil {
+			t.Fatal(renewErr)
+		}
 	}
 	for range e.runs {
-		keepAlive(0)
 		p := e.newProc("ahead", opts{ahead: time.Hour})
 		l, err := p.acquire()
 		if errors.Is(err, randflake.ErrNoFreeNodes) {
 			break
 		}
 		if err != nil {
+			stopRenewing()
 			t.Fatalf("%s, an hour ahead, claiming every free run: %v", p.name, err)
 		}
+		mu.Lock()
 		held, leases = append(held, p), append(leases, l)
+		mu.Unlock()
 	}
 	if int64(len(held)) != e.runs-1 {
 		// Say which claim was made twice, or on the true-clock holder's
@@ -86,10 +118,16 @@ func clockAhead(e *env) {
 		t.Fatalf("processes an hour ahead claimed %d runs, want every run but the true-clock holder's, %d (%s): %s",
 			len(held), e.runs-1, slowness(), strings.Join(twice, "; "))
 	}
+	// Released one by one while the others are still renewed; the
+	// renewals stop before the claim that counts.
 	for i, p := range held {
-		keepAlive(i)
-		p.release(leases[i])
+		mu.Lock()
+		l := leases[i]
+		released = i + 1
+		mu.Unlock()
+		p.release(l)
 	}
+	stopRenewing()
 	c := e.newProc("behind", opts{})
 	m, began := slowdown.Start(), time.Now()
 	lc, err := c.acquire()
