@@ -55,14 +55,14 @@ type BlockSource struct {
 	now    func() time.Time
 	log    *slog.Logger
 
-	mu       sync.Mutex
-	held     *heldClaim
+	mu   sync.Mutex
+	held *heldClaim
 	// horizonSeen is the longest horizon read in a valid marker (seconds):
 	// a member with a longer promise joined the fleet, and this process
 	// waits it out even after a wipe took the marker (rule 13).
 	horizonSeen int64
-	position uint64 // the highest store position seen
-	identity string // the store identity seen with it
+	position    uint64 // the highest store position seen
+	identity    string // the store identity seen with it
 }
 
 // heldClaim is the lease held.
