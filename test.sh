@@ -8,10 +8,10 @@
 #                       server and waits out no lease second (go test -short),
 #                       without the race detector
 #
-# The steps run side by side ($RANDFLAKE_TEST_JOBS at a time, default 3:
-# they mostly wait out real seconds), the fleet chaos alone after them,
-# each into a log of its own; every step runs to its end whatever the
-# others do. Then every failing test is printed with its output, and the
+# The steps run side by side ($RANDFLAKE_TEST_JOBS at a time; default 3,
+# or 1 on a machine already loaded: they mostly wait out real seconds),
+# the fleet chaos alone after them, each into a log of its own; every step
+# runs to its end whatever the others do. Then every failing test is printed with its output, and the
 # last line counts the tests: "N passed, N failed". The exit status is 1
 # if anything failed.
 set -euo pipefail
@@ -31,7 +31,18 @@ for arg in "$@"; do
 		;;
 	esac
 done
-jobs=${RANDFLAKE_TEST_JOBS:-3}
+# Three steps at a time on idle cores; one at a time on a machine that
+# is busy already (a load average of a process per core or more), where
+# steps side by side would slow each other's 3 s leases past their TTLs.
+jobs=${RANDFLAKE_TEST_JOBS:-}
+if [ -z "$jobs" ]; then
+	jobs=3
+	load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
+	if awk -v l="$load" -v n="$(nproc)" 'BEGIN { exit !(l >= n) }'; then
+		jobs=1
+		echo "note: load average $load on $(nproc) cores: one step at a time (RANDFLAKE_TEST_JOBS overrides)"
+	fi
+fi
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: RANDFLAKE_TEST_JOBS must be a positive count, not $jobs" >&2; exit 2; }
 
 # Prerequisites, all checked before anything runs: every missing one is
