@@ -83,22 +83,11 @@ func (c *leaseResetCmd) run(e *env, args []string) error {
 	if k := c.gen.lease.kind; k == sourceStatic || k == sourceStatefulSet {
 		return fmt.Errorf("the %s source records nothing: there is no history to reset", k)
 	}
-	log, err := newLogger(e.stderr, "text", slog.LevelWarn)
+	ctx, o, done, err := c.gen.storeSource(e)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	o, err := c.gen.source(ctx, e, log)
-	if err != nil {
-		return err
-	}
-	clear(o.secret)
-	if o.cleanup != nil {
-		defer o.cleanup()
-	}
+	defer done()
 	r, ok := o.src.(historyResetter)
 	if !ok {
 		return fmt.Errorf("internal error: the %s source cannot reset its history", o.describe)
@@ -111,4 +100,32 @@ func (c *leaseResetCmd) run(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "the history of every node-ID block of %s is now unknown: the next claims wait out the longest promise\n", o.describe)
 	return nil
+}
+
+// storeSource opens the source of the lease flags for an operation on its
+// store (lease status, lease reset-history): within a minute, stopped by
+// SIGINT or SIGTERM, warnings logged to standard error, the generator's
+// secret cleared at once (only the store's records are signed with it).
+// done releases what it opened.
+func (g *generatorFlags) storeSource(e *env) (context.Context, *openedSource, func(), error) {
+	log, err := newLogger(e.stderr, "text", slog.LevelWarn)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	o, err := g.source(ctx, e, log)
+	if err != nil {
+		cancel()
+		stop()
+		return nil, nil, nil, err
+	}
+	clear(o.secret)
+	return ctx, o, func() {
+		if o.cleanup != nil {
+			o.cleanup()
+		}
+		cancel()
+		stop()
+	}, nil
 }

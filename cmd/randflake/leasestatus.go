@@ -7,11 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -75,22 +72,11 @@ func (c *leaseStatusCmd) run(e *env, args []string) error {
 			return err
 		}
 	}
-	log, err := newLogger(e.stderr, "text", slog.LevelWarn)
+	ctx, o, done, err := c.gen.storeSource(e)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	o, err := c.gen.source(ctx, e, log)
-	if err != nil {
-		return err
-	}
-	clear(o.secret)
-	if o.cleanup != nil {
-		defer o.cleanup()
-	}
+	defer done()
 	r, ok := o.src.(statusReader)
 	if !ok {
 		return fmt.Errorf("internal error: the %s source cannot describe its store", o.describe)
