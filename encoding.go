@@ -1,6 +1,10 @@
 package randflake
 
-import "unsafe"
+import (
+	"strconv"
+	"unicode/utf8"
+	"unsafe"
+)
 
 // The string form of an ID is its 64 bits as an unsigned number in
 // base32hex (RFC 4648 alphabet 0-9a-v), lowercase, without leading zeros or
@@ -55,13 +59,64 @@ func appendEncoded(dst []byte, v uint64) []byte {
 // DecodeString parses the string form of an ID. It is strict where the
 // reference is lenient: the empty string, more than 13 characters, a value
 // that does not fit in 64 bits and any character outside 0-9, a-v (A-V)
-// return ErrInvalidID.
+// are an error that wraps ErrInvalidID (test it with errors.Is), quotes
+// the input (its first 64 bytes) and says what is wrong with it.
 func DecodeString(s string) (int64, error) {
-	v, ok := decodeBase32hex(unsafe.Slice(unsafe.StringData(s), len(s)))
+	b := unsafe.Slice(unsafe.StringData(s), len(s))
+	v, ok := decodeBase32hex(b)
 	if !ok {
-		return 0, ErrInvalidID
+		return 0, invalidID(b)
 	}
 	return int64(v), nil
+}
+
+// maxQuotedInput bounds the bytes of a rejected input that its error
+// quotes, so that a huge input makes no huge message.
+const maxQuotedInput = 64
+
+// invalidIDError is ErrInvalidID for one input.
+type invalidIDError struct {
+	input  string // the input's first maxQuotedInput bytes at most, copied
+	size   int    // the input's length in bytes
+	reason string // what is wrong with it
+}
+
+// Error quotes the input, marks it cut if it was, and gives the reason.
+func (e *invalidIDError) Error() string {
+	q := strconv.Quote(e.input)
+	if e.size > len(e.input) {
+		q += "... (" + strconv.Itoa(e.size) + " bytes)"
+	}
+	return ErrInvalidID.Error() + " " + q + ": " + e.reason
+}
+
+// Unwrap returns ErrInvalidID.
+func (e *invalidIDError) Unwrap() error { return ErrInvalidID }
+
+// invalidID returns the error for b, which decodeBase32hex refused. It
+// copies what it quotes: b may be the caller's buffer.
+func invalidID(b []byte) error {
+	e := &invalidIDError{size: len(b)}
+	n := min(len(b), maxQuotedInput)
+	for n < len(b) && n > 0 && !utf8.RuneStart(b[n]) {
+		n-- // cut before a character, not inside one
+	}
+	e.input = string(b[:n])
+	switch {
+	case len(b) == 0:
+		e.reason = "empty"
+	case len(b) > maxEncodedLen:
+		e.reason = "longer than the 13 characters of the longest ID"
+	default:
+		e.reason = "a value over 64 bits (an ID of 13 characters begins with 0-f)"
+		for i, c := range b {
+			if base32hexValues[c] == 0xff {
+				e.reason = "byte " + strconv.Itoa(i) + " (" + strconv.Quote(string(b[i:i+1])) + ") is not a base32hex digit (0-9, a-v)"
+				break
+			}
+		}
+	}
+	return e
 }
 
 func decodeBase32hex(s []byte) (uint64, bool) {

@@ -17,7 +17,8 @@ import (
 // as any other value.
 type ID int64
 
-// ParseID parses the string form of an ID (see DecodeString).
+// ParseID parses the string form of an ID (see DecodeString). An error
+// wraps ErrInvalidID and quotes the input, cut to its first 64 bytes.
 func ParseID(s string) (ID, error) {
 	v, err := DecodeString(s)
 	return ID(v), err
@@ -39,11 +40,12 @@ func (id ID) AppendText(b []byte) ([]byte, error) {
 	return AppendString(b, int64(id)), nil
 }
 
-// UnmarshalText implements encoding.TextUnmarshaler.
+// UnmarshalText implements encoding.TextUnmarshaler. An error wraps
+// ErrInvalidID and quotes the input, as DecodeString's.
 func (id *ID) UnmarshalText(b []byte) error {
 	v, ok := decodeBase32hex(b)
 	if !ok {
-		return ErrInvalidID
+		return invalidID(b)
 	}
 	*id = ID(v)
 	return nil
