@@ -180,6 +180,24 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 	return result, err
 }
 
+// The warnings of a secret from outside the directory (Options.ExternalSecret)
+// on history recorded for the directory's own secret. The engine is shown
+// no marker then (read), so its own line gives the reason as "the store
+// has no fleet marker (never initialised, or wiped)"; these say the real
+// one, and that the wait comes once.
+const (
+	outsideSecretUsed = "statedir: this process's secret comes from outside the directory (a secret file or variable), " +
+		"but the directory's history was recorded under the secret the directory made itself: IDs under the outside secret " +
+		"may have been issued on these node IDs elsewhere, so the engine is not shown the fleet marker and its first claim " +
+		"waits out the horizon (logged next as \"no fleet marker\"; about 11 s by default). This happens once: the state " +
+		"then records it, and later starts on this directory, on either secret, do not wait. A process that needs no " +
+		"outside secret can use the directory's own (the command: no --secret-file, $RANDFLAKE_SECRET_FILE or $RANDFLAKE_SECRET)"
+	outsideSecretNew = "statedir: this process's secret comes from outside the directory (a secret file or variable), " +
+		"and the directory is new: IDs under that secret may have been issued on these node IDs before the directory " +
+		"existed (a container restarted on an empty directory), so the first claim waits out the horizon " +
+		"(logged next as \"no fleet marker\"; about 11 s by default). This happens once: the state then records it"
+)
+
 // reading is what a step read.
 type reading struct {
 	view    *randflake.StoreView
@@ -230,8 +248,11 @@ func (s *Store) read(lock *os.File, c *storeClaim, all bool) (*reading, error) {
 		// the engine waits the history out once, and the file then says
 		// so.
 		v.Marker = nil
-		s.log.Warn("statedir: the directory's history was recorded for its own secret, and this process's secret comes from outside: the history counts as unknown",
-			"dir", s.dir.path)
+		s.log.Warn(outsideSecretUsed, "dir", s.dir.path)
+	} else if s.external && !r.st.external && r.st.marker == nil && r.st.fresh {
+		// The same for a directory created just now: Fresh is false for
+		// an outside secret, and the engine waits once.
+		s.log.Warn(outsideSecretNew, "dir", s.dir.path)
 	}
 	var heldNow map[int64]bool
 	if all {
