@@ -3,9 +3,11 @@
 // from a local buffer without a network round trip.
 //
 // The buffer is bounded, IDs older than Config.MaxAge are never handed out
-// (an ID's timestamp says when it was made, and a stale one would break the
-// ordering that readers of the timestamps expect), and fetch errors are
-// returned to callers rather than swallowed.
+// (an ID carries the second it was made, which the holder of the secret
+// reads back; one kept long would say it was made well before it was
+// used), and fetch errors are returned to callers rather than swallowed.
+// IDs are not ordered: they are encrypted, so their values say nothing of
+// which was made first; keep a time column to sort by.
 //
 // # Failures and retries
 //

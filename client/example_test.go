@@ -5,11 +5,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -159,4 +162,55 @@ func Example_tls() {
 	fmt.Println(len(batch), batch[0])
 	// Output:
 	// 10 1000
+}
+
+// A service whose certificate is signed by a CA of one's own (the
+// self-signed recipe of docs/tutorial-tls.md): the client trusts that CA,
+// read from its PEM file, and no other. Here the test server's certificate
+// stands in for ca.pem.
+func Example_caFile() {
+	srv := httptest.NewTLSServer(idService())
+	defer srv.Close()
+	dir, err := os.MkdirTemp("", "randflake-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	caFile := filepath.Join(dir, "ca.pem")
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	serviceURL := srv.URL
+	ctx := context.Background()
+
+	caPEM, err := os.ReadFile(caFile) // ca.pem of the recipe
+	if err != nil {
+		log.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		log.Fatalf("%s holds no PEM certificate", caFile)
+	}
+	c, err := client.New(client.Config{
+		URL: serviceURL, // "https://127.0.0.1:8443" in the recipe
+		HTTPClient: &http.Client{
+			Timeout: 10 * time.Second,
+			Transport: &http.Transport{
+				TLSClientConfig:   &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+				ForceAttemptHTTP2: true, // HTTP/2, as a nil HTTPClient would use
+			},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	id, err := c.Next(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(id)
+	// Output:
+	// 1000
 }
