@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,86 +35,24 @@ func loadService(t *testing.T) string {
 	return ts.URL
 }
 
-// Every format, verified (decoded, no duplicate) and counted, gets
-// exactly the IDs asked for from the real handler.
+// load against the real handler, in every format, verified (decoded, no
+// duplicate) and counted: the report it prints.
 func TestLoadFormats(t *testing.T) {
 	url := loadService(t)
 	for _, format := range []string{"json", "text", "binary"} {
 		for _, verify := range []bool{true, false} {
-			for _, batch := range []int{1, 1000} {
-				rep, err := loadTest(context.Background(), loadConfig{URL: url, Format: format, Batch: batch, Concurrency: 2,
-					Duration: 10 * time.Second, Requests: 20, Verify: verify})
-				if err != nil {
-					t.Fatalf("%s, verify %v, batch %d: %v", format, verify, batch, err)
-				}
-				if rep.Requests != 20 || rep.IDs != 20*batch || rep.Verified != verify || (!verify && rep.Bytes == 0) {
-					t.Errorf("%s, verify %v, batch %d: %+v", format, verify, batch, rep)
-				}
-				if format == "binary" && !verify && rep.Bytes != int64(8*20*batch) {
-					t.Errorf("binary: %d bytes for %d IDs", rep.Bytes, rep.IDs)
-				}
+			args := []string{"--url", url, "--format", format, "--batch", "1000", "--concurrency", "2", "--requests", "20",
+				"--duration", "60s", "--verify=" + strconv.FormatBool(verify)}
+			code, out := runLoad(t, args...)
+			want := format + ", batch 1000: requests 20, IDs 20000 (no duplicate within 1048576 consecutive IDs), "
+			if !verify {
+				want = format + ", batch 1000: requests 20, IDs 20000 (counted, not decoded), "
+			}
+			if code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, "\nthroughput ") ||
+				!strings.Contains(out, "\nlatency p50 ") || verify == strings.Contains(out, " MB/s") {
+				t.Errorf("load %s: exit %d:\n%s", strings.Join(args, " "), code, out)
 			}
 		}
-	}
-}
-
-// An answer that is not what was asked for fails the run with a message
-// that says so; a 503 of kind exhausted is counted and waited out.
-func TestLoadBadAnswers(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		format string
-		h      http.HandlerFunc
-		want   string
-	}{
-		{"wrong type", "binary", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.Write(make([]byte, 8))
-		}, `Content-Type "application/json", want application/octet-stream`},
-		{"too few IDs", "binary", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/octet-stream")
-			w.Write(make([]byte, 16))
-		}, "asked for 4 IDs, got 2 (16 bytes)"},
-		{"short body", "binary", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/octet-stream")
-			w.Header().Set("Content-Length", "32")
-			w.Write(make([]byte, 20))
-			w.(http.Flusher).Flush()
-			panic(http.ErrAbortHandler)
-		}, "reading the answer after 20 bytes: unexpected EOF"},
-		{"JSON of 3", "json", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.Write([]byte(`{"ids":["a","b","c"]}`))
-		}, "asked for 4 IDs, got 3"},
-		{"error", "json", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(400)
-			w.Write([]byte(`{"error":"count must be at most 2","kind":"bad_request"}`))
-		}, `400 Bad Request: {"error":"count must be at most 2","kind":"bad_request"}`},
-	} {
-		ts := httptest.NewServer(c.h)
-		_, err := loadTest(context.Background(), loadConfig{URL: ts.URL, Format: c.format, Batch: 4, Concurrency: 1, Duration: 10 * time.Second, Requests: 3})
-		ts.Close()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v; want %q", c.name, err, c.want)
-		}
-	}
-	var calls atomic.Int64
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if calls.Add(1) == 2 {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", "1")
-			w.WriteHeader(503)
-			w.Write([]byte(`{"error":"unavailable: this second's IDs are used up; retry in a second","kind":"exhausted"}`))
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Write(make([]byte, 8))
-	}))
-	defer ts.Close()
-	rep, err := loadTest(context.Background(), loadConfig{URL: ts.URL, Format: "binary", Batch: 1, Concurrency: 1, Duration: 10 * time.Second, Requests: 4})
-	if err != nil || rep.Requests != 3 || rep.Refused != 1 || !strings.Contains(rep.String(), "1 requests refused: the second's IDs used up") {
-		t.Errorf("with one 503 exhausted: %+v, %v", rep, err)
 	}
 }
 
@@ -151,8 +87,9 @@ func tlsLoadService(t *testing.T, cfg server.Config) (url string, ca *tlstest.CA
 	return ts.URL, ca, dir
 }
 
-// randflake load over HTTPS, with a client certificate or a token, in
-// every format, verified and counted.
+// randflake load over HTTPS, with --cacert and a client certificate
+// (--cert, --key) or a token (--token-file), verified and counted; with
+// neither, the service's 401 fails the run and says so.
 func TestLoadTLS(t *testing.T) {
 	tokens, err := server.ParseIssueTokens([]byte("loader loader-token-0123456789\n"))
 	if err != nil {
@@ -161,67 +98,40 @@ func TestLoadTLS(t *testing.T) {
 	url, _, dir := tlsLoadService(t, server.Config{IssueTokens: tokens})
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte("loader-token-0123456789\n"), 0o600)
-	withCert, err := clientTLS(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	withoutCert, err := clientTLS(filepath.Join(dir, "ca.pem"), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, err := readLoadToken(tokenFile)
-	if err != nil || token != "loader-token-0123456789" {
-		t.Fatalf("token %q, %v", token, err)
-	}
+	ca := []string{"--url", url, "--cacert", filepath.Join(dir, "ca.pem")}
 	for _, c := range []struct {
-		name  string
-		tls   *tls.Config
-		token string
-	}{{"certificate", withCert, ""}, {"token", withoutCert, token}} {
-		for _, format := range []string{"json", "binary"} {
-			for _, verify := range []bool{true, false} {
-				rep, err := loadTest(context.Background(), loadConfig{URL: url, Format: format, Batch: 100, Concurrency: 2,
-					Duration: 10 * time.Second, Requests: 10, Verify: verify, TLS: c.tls, Token: c.token})
-				if err != nil || rep.Requests != 10 || rep.IDs != 1000 {
-					t.Errorf("%s, %s, verify %v: %+v, %v", c.name, format, verify, rep, err)
-				}
+		name string
+		args []string
+	}{
+		{"certificate", []string{"--cert", filepath.Join(dir, "client.pem"), "--key", filepath.Join(dir, "client-key.pem")}},
+		{"token", []string{"--token-file", tokenFile}},
+	} {
+		for _, verify := range []string{"--verify=true", "--verify=false"} {
+			args := append(append(append([]string{}, ca...), c.args...), verify, "--format", "binary", "--batch", "100",
+				"--concurrency", "2", "--requests", "10", "--duration", "60s")
+			if code, out := runLoad(t, args...); code != 0 || !strings.HasPrefix(out, "binary, batch 100: requests 10, IDs 1000 (") {
+				t.Errorf("%s, %s: exit %d:\n%s", c.name, verify, code, out)
 			}
 		}
 	}
-	// Neither: the service's 401 fails the run, and says so.
-	for _, verify := range []bool{true, false} {
-		_, err := loadTest(context.Background(), loadConfig{URL: url, Batch: 1, Concurrency: 1, Duration: 10 * time.Second, Requests: 1, Verify: verify, TLS: withoutCert})
-		if err == nil || !strings.Contains(err.Error(), "401") {
-			t.Errorf("without a certificate or token, verify %v: %v; want the 401", verify, err)
-		}
+	if code, out := runLoad(t, append(ca, "--requests", "1")...); code != 1 || !strings.Contains(out, "401") {
+		t.Errorf("without a certificate or token: exit %d, %q; want exit 1 and the 401", code, out)
 	}
 }
 
-// A 429 (over the client's share) is counted and waited out as its
-// Retry-After asks, verified and not.
+// load against the real service's 429 (over the client's share): counted,
+// and said in the report.
 func TestLoadQuota(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits out a 429's Retry-After of 2 s, twice: not in -short")
+		t.Skip("waits out a 429's Retry-After of 2 s: not in -short")
 	}
 	t.Parallel()
-	for _, verify := range []bool{true, false} {
-		// A service of its own each time, with a full share: 100 IDs,
-		// refilled at 50 a second.
-		url, _, dir := tlsLoadService(t, server.Config{ClientRate: 50, ClientBurst: 100})
-		cfg, err := clientTLS(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		rep, err := loadTest(context.Background(), loadConfig{URL: url, Format: "json", Batch: 100, Concurrency: 1,
-			Duration: 20 * time.Second, Requests: 3, Verify: verify, TLS: cfg})
-		if err != nil || rep.Requests != 2 || rep.Quota != 1 || !strings.Contains(rep.String(), "1 requests over the client's share (429)") {
-			t.Errorf("verify %v: %+v, %v; want 2 requests served and one 429 counted", verify, rep, err)
-		}
-		// The 429 asks for 2 s (100 IDs at 50 a second).
-		if d := time.Since(start); d < 1900*time.Millisecond {
-			t.Errorf("verify %v: done in %v, without waiting out the 429", verify, d)
-		}
+	// A full share: 100 IDs, refilled at 50 a second.
+	url, _, dir := tlsLoadService(t, server.Config{ClientRate: 50, ClientBurst: 100})
+	code, out := runLoad(t, "--url", url, "--cacert", filepath.Join(dir, "ca.pem"), "--cert", filepath.Join(dir, "client.pem"),
+		"--key", filepath.Join(dir, "client-key.pem"), "--batch", "100", "--concurrency", "1", "--requests", "3", "--duration", "20s")
+	if code != 0 || !strings.Contains(out, "requests 2, IDs 200 (") || !strings.Contains(out, "; 1 requests over the client's share (429)") {
+		t.Errorf("exit %d:\n%s\nwant 2 requests served and one 429 counted", code, out)
 	}
 }
 

@@ -11,18 +11,9 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-)
 
-// bareType is the Content-Type of answers in format f.
-func bareType(f string) string {
-	switch f {
-	case "binary":
-		return "application/octet-stream"
-	case "text":
-		return "text/plain"
-	}
-	return "application/json"
-}
+	"github.com/randflake/randflake/internal/loadclient"
+)
 
 // bareID stands for an ID in the bare handler's bodies: 13 characters, the
 // length of most IDs in base32hex.
@@ -51,7 +42,7 @@ func bareBody(cfg loadConfig) []byte {
 // with its Content-Type, as the simplest handler would write it. Its
 // text/plain carries a charset, as the service's does.
 func bareHandler(cfg loadConfig) http.Handler {
-	body, ctype := bareBody(cfg), bareType(cfg.Format)
+	body, ctype := bareBody(cfg), loadclient.ContentType(cfg.Format)
 	if cfg.Format == "text" {
 		ctype += "; charset=utf-8"
 	}
@@ -108,7 +99,7 @@ func serveBare(stderr io.Writer, addr string, cfg loadConfig) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "bare handler on http://%s: fixed %d-byte %s body\n", ln.Addr(), len(bareBody(cfg)), bareType(cfg.Format))
+	fmt.Fprintf(stderr, "bare handler on http://%s: fixed %d-byte %s body\n", ln.Addr(), len(bareBody(cfg)), loadclient.ContentType(cfg.Format))
 	<-ctx.Done()
 	return srv.Close()
 }

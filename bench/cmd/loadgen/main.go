@@ -13,8 +13,10 @@
 // status, Content-Type, length (Content-Length when sent) and number of
 // IDs are checked, and each body is read into a counting sink through a
 // reused buffer, so that the load generator, which shares the machine
-// with the service, costs little. Otherwise every answer is decoded by
-// package client and every ID checked for duplicates.
+// with the service, costs little. Otherwise every answer is decoded as it
+// arrives and its IDs checked for duplicates among the last 1,048,576 to
+// 2,097,152 received. The runs are those of randflake load (package
+// internal/loadclient, which both use).
 //
 // -compare-bare runs the same load against the service and then against
 // a bare net/http handler, which answers every request with a fixed body
@@ -36,9 +38,9 @@
 //
 //	BenchmarkService/NAME REQUESTS NS ns/op IDS IDs/s REQS req/s P50 p50-ms P99 p99-ms
 //
-// It keeps every latency (and, with -verify, every ID) of a run: runs are
-// bounded to 60 s and meant for the benchmark, not for long soaks; the
-// operator's bounded load test is randflake load.
+// Runs are bounded to 60 s and 1024 connections, and their memory to
+// fixed buffers, a latency histogram (percentiles within 1%) and the
+// duplicate window.
 package main
 
 import (
@@ -50,6 +52,8 @@ import (
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/randflake/randflake/internal/loadclient"
 )
 
 func main() {
@@ -110,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return usageError("-url: " + err.Error())
 	}
 	cfg.URL = u
-	if cfg.Batch < 1 || cfg.Concurrency < 1 || cfg.Concurrency > 1024 || cfg.Duration <= 0 || cfg.Duration > time.Minute || cfg.Requests < 0 || cfg.Rate < 0 {
+	if cfg.Batch < 1 || cfg.Concurrency < 1 || cfg.Concurrency > loadclient.MaxConcurrency || cfg.Duration <= 0 || cfg.Duration > loadclient.MaxDuration || cfg.Requests < 0 || cfg.Rate < 0 {
 		return usageError("-batch must be positive, -concurrency in [1, 1024], -duration in (0, 60s], -requests and -rate not negative")
 	}
 	if cfg.Format != "json" && cfg.Format != "text" && cfg.Format != "binary" {
@@ -142,7 +146,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	printBench := func(rep loadReport) {
 		if benchfmt != "" {
-			fmt.Fprintln(stdout, rep.benchLine(benchfmt))
+			fmt.Fprintln(stdout, benchLine(rep, benchfmt))
 		}
 	}
 	switch {
@@ -167,7 +171,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("bare handler: %w", err)
 		}
-		fmt.Fprintf(stdout, "service: %sbare net/http handler (%s, fixed %d-byte %s body): %s", svc, bareWhere(cfg), len(bareBody(cfg)), bareType(cfg.Format), bare)
+		fmt.Fprintf(stdout, "service: %sbare net/http handler (%s, fixed %d-byte %s body): %s", svc, bareWhere(cfg), len(bareBody(cfg)), loadclient.ContentType(cfg.Format), bare)
 		fmt.Fprintf(stdout, "ratio service/bare requests/s: %.3f\n", svc.RequestsPerSecond()/bare.RequestsPerSecond())
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/randflake/randflake/internal/loadclient"
 )
 
 // suiteRow is one measurement of the suite.
@@ -17,8 +19,8 @@ type suiteRow struct {
 	bare bool
 }
 
-// runSuite measures the service's rows (see loadUsage) and prints the
-// table.
+// runSuite measures the service's rows (see the command's doc) and prints
+// the table.
 func runSuite(ctx context.Context, stdout io.Writer, base loadConfig) error {
 	rate := base.Rate
 	if rate == 0 {
@@ -46,7 +48,7 @@ func runSuite(ctx context.Context, stdout io.Writer, base loadConfig) error {
 	for i, r := range rows {
 		if i > 0 {
 			// Each row starts on a second of its own, unused by the last.
-			waitNextSecond(ctx)
+			loadclient.WaitNextSecond(ctx)
 		}
 		var rep loadReport
 		var err error
@@ -69,7 +71,7 @@ func runSuite(ctx context.Context, stdout io.Writer, base loadConfig) error {
 			mbps = strconv.FormatFloat(float64(rep.Bytes)/rep.Elapsed.Seconds()/1e6, 'f', 1, 64)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%d\t\n", r.name, r.cfg.Concurrency, rep.RequestsPerSecond(),
-			rep.IDsPerSecond(), mbps, fmtLatency(rep.percentile(50)), fmtLatency(rep.percentile(99)), rep.Refused)
+			rep.IDsPerSecond(), mbps, fmtLatency(rep.Percentile(50)), fmtLatency(rep.Percentile(99)), rep.Refused)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "single IDs: service/bare requests/s = %.3f (bare handler %s; target at least 0.9)\n", single/bare, bareWhere(base))

@@ -1,4 +1,4 @@
-package main
+package loadclient
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/randflake/randflake"
 )
 
-// maxIDText is the longest ID load accepts in text and JSON answers: the
+// maxIDText is the longest ID a run accepts in text and JSON answers: the
 // string form has at most 13 characters.
 const maxIDText = 16
 
@@ -35,7 +35,7 @@ func (s *idSink) reset() {
 	s.n, s.bytes, s.part, s.inStr, s.strs = 0, 0, s.part[:0], false, 0
 }
 
-// errMalformed is an answer load cannot read.
+// errMalformed is an answer a run cannot read.
 var errMalformed = errors.New("malformed answer")
 
 // sinkChunk is how much of a write is decoded between two looks at the

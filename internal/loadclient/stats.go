@@ -1,4 +1,4 @@
-package main
+package loadclient
 
 import (
 	"math/bits"
@@ -7,28 +7,28 @@ import (
 	"time"
 )
 
-// latencyHistogram counts request latencies in fixed memory: below 128 ns
+// histogram counts request latencies in fixed memory: below 128 ns
 // one bucket per nanosecond, above 64 buckets per power of two, so that a
 // bucket's middle is within 1/128 (under 1%) of every latency in it.
 // Safe for concurrent use.
-type latencyHistogram struct {
-	counts [latencyBuckets]atomic.Uint64
+type histogram struct {
+	counts [histogramBuckets]atomic.Uint64
 	n      atomic.Uint64
 	max    atomic.Int64
 }
 
-// latencyBuckets covers latencies up to 2^41 ns (36 minutes).
-const latencyBuckets = 128 + (41-7)*64
+// histogramBuckets covers latencies up to 2^41 ns (36 minutes).
+const histogramBuckets = 128 + (41-7)*64
 
-// latencyBucket returns the bucket of d.
-func latencyBucket(d time.Duration) int {
+// bucket returns the bucket of d.
+func bucket(d time.Duration) int {
 	v := uint64(max(d, 0))
 	if v < 128 {
 		return int(v)
 	}
 	b := bits.Len64(v) // 8 or more
 	i := 128 + (b-8)*64 + int(v>>(b-7))&63
-	return min(i, latencyBuckets-1)
+	return min(i, histogramBuckets-1)
 }
 
 // bucketValue returns the middle of bucket i.
@@ -42,8 +42,8 @@ func bucketValue(i int) time.Duration {
 }
 
 // add counts d.
-func (h *latencyHistogram) add(d time.Duration) {
-	h.counts[latencyBucket(d)].Add(1)
+func (h *histogram) add(d time.Duration) {
+	h.counts[bucket(d)].Add(1)
 	h.n.Add(1)
 	for {
 		m := h.max.Load()
@@ -55,7 +55,7 @@ func (h *latencyHistogram) add(d time.Duration) {
 
 // percentile returns the latency below which p percent of the requests
 // completed: the middle of its bucket, or the maximum for p = 100.
-func (h *latencyHistogram) percentile(p float64) time.Duration {
+func (h *histogram) percentile(p float64) time.Duration {
 	n := h.n.Load()
 	if n == 0 {
 		return 0
@@ -88,9 +88,11 @@ type dupWindow struct {
 	zeroInPrev bool
 }
 
-// dupWindowIDs is load's window: two tables of 2^21 slots (16 MiB each),
-// each at most half full.
-const dupWindowIDs = 1 << 20
+// DupWindow is the duplicate window of a verified run, in IDs: a
+// duplicate within one answer, or between two IDs fewer than DupWindow IDs
+// apart, is always caught; two equal IDs further apart may not be. It
+// takes two tables of 2^21 slots (16 MiB each), each at most half full.
+const DupWindow = 1 << 20
 
 func newDupWindow(window int) *dupWindow {
 	slots := 1 << bits.Len(uint(2*window-1))
