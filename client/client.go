@@ -70,7 +70,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/randflake/randflake/statedir"
+	"github.com/randflake/randflake/privatefile"
 )
 
 // Config configures a Client. Only URL or URLs is required.
@@ -445,7 +445,7 @@ func (s *tokenSource) read(now time.Time) error {
 
 func (s *tokenSource) readLocked(now time.Time) error {
 	s.readAt = now
-	b, err := statedir.ReadPrivateFile(s.file, maxTokenFile)
+	b, err := privatefile.Read(s.file, maxTokenFile)
 	if err != nil {
 		return fmt.Errorf("randflake/client: TokenFile: %w", err)
 	}

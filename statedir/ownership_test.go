@@ -39,48 +39,45 @@ func expectRefusal(t *testing.T, what, path, want string, fn func() error) {
 	}
 }
 
-// Secrets and tokens are read only from regular files of ours that others
-// cannot access: links out of the file's directory, FIFOs and devices are
-// refused at once (links inside it are followed: secretvolume_test.go).
-func TestReadPrivateFileRefusesSpecialFiles(t *testing.T) {
+// A secret file is read by privatefile.Read (whose tests cover links,
+// owners and modes): LoadSecret refuses a FIFO at once, and a secret that
+// is all zeros. ReadPrivateFile and ReadPublicFile, deprecated, still
+// read through privatefile.
+func TestLoadSecretRefusesSpecialFiles(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	os.WriteFile(good, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
-	if b, err := ReadPrivateFile(good, 100); err != nil || len(b) != 33 {
-		t.Fatalf("regular file: %q, %v", b, err)
+	if s, err := LoadSecret(good); err != nil || len(s) != 16 {
+		t.Fatalf("regular file: %x, %v", s, err)
 	}
 	link := filepath.Join(dir, "link")
-	os.Symlink(good, link)
-	if b, err := ReadPrivateFile(link, 100); err != nil || len(b) != 33 {
-		t.Errorf("a link to a file beside it: %q, %v", b, err)
+	os.Symlink("good", link)
+	if s, err := LoadSecret(link); err != nil || len(s) != 16 {
+		t.Errorf("a link to a file beside it: %x, %v", s, err)
 	}
-	out := filepath.Join(t.TempDir(), "link")
-	os.Symlink(good, out)
-	expectRefusal(t, "a link to another directory", out, "symbolic link", func() error { _, err := ReadPrivateFile(out, 100); return err })
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	expectRefusal(t, "FIFO", fifo, "not a regular file (a FIFO)", func() error { _, err := LoadSecret(fifo); return err })
-	expectRefusal(t, "/dev/zero", "/dev/zero", "not a regular file", func() error { _, err := ReadPrivateFile("/dev/zero", 4096); return err })
-	expectRefusal(t, "a directory", dir, "not a regular file", func() error { _, err := ReadPrivateFile(dir, 4096); return err })
-	big := filepath.Join(dir, "big")
-	os.WriteFile(big, make([]byte, 5000), 0o600)
-	expectRefusal(t, "a large file", big, "larger than 4096 bytes", func() error { _, err := ReadPrivateFile(big, 4096); return err })
-	open := filepath.Join(dir, "open")
-	os.WriteFile(open, []byte("x"), 0o600)
-	os.Chmod(open, 0o640)
-	if os.Geteuid() == 0 {
-		// Root's file in a group of ours would be accepted (fsGroup).
-		os.Chown(open, 0, foreignGroup(t))
-	}
-	expectRefusal(t, "group-readable", open, "chmod 600", func() error { _, err := ReadPrivateFile(open, 100); return err })
 	zero := filepath.Join(dir, "zero")
 	os.WriteFile(zero, []byte("00000000000000000000000000000000\n"), 0o600)
 	expectRefusal(t, "all-zero secret", zero, "all zeros", func() error { _, err := LoadSecret(zero); return err })
 	if _, err := ParseSecret(make([]byte, 16)); err != ErrWeakSecret {
 		t.Errorf("ParseSecret of 16 zero bytes: %v, want ErrWeakSecret", err)
 	}
+
+	if b, err := ReadPrivateFile(good, 100); err != nil || len(b) != 33 {
+		t.Errorf("ReadPrivateFile: %q, %v", b, err)
+	}
+	open := filepath.Join(dir, "open")
+	os.WriteFile(open, []byte("x"), 0o644)
+	os.Chmod(open, 0o644)
+	expectRefusal(t, "ReadPrivateFile of mode 0644", open, "chmod 600", func() error { _, err := ReadPrivateFile(open, 100); return err })
+	if b, err := ReadPublicFile(open, 100); err != nil || string(b) != "x" {
+		t.Errorf("ReadPublicFile of mode 0644: %q, %v", b, err)
+	}
+	expectRefusal(t, "ReadPublicFile of a FIFO", fifo, "not a regular file (a FIFO)", func() error { _, err := ReadPublicFile(fifo, 100); return err })
 }
 
 // Files of another user are refused (this needs root to set up: CI runs as

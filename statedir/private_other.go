@@ -17,8 +17,4 @@ func openNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
 // ownerOK cannot tell owners apart on this platform.
 func ownerOK(fi os.FileInfo) (uid int, ok bool) { return -1, true }
 
-// groupOK cannot tell groups apart on this platform: a group-readable
-// secret is refused.
-func groupOK(fi os.FileInfo) (gid int, ok bool) { return -1, false }
-
 func ownerFix(path string, uid int) string { return "it belongs to another user" }

@@ -39,29 +39,6 @@ func ownerOK(fi os.FileInfo) (uid int, ok bool) {
 	return uid, uid == os.Geteuid() || uid == 0
 }
 
-// groupOK reports whether fi's group is one of this process's groups
-// (its effective group or a supplementary one).
-func groupOK(fi os.FileInfo) (gid int, ok bool) {
-	st, isStat := fi.Sys().(*syscall.Stat_t)
-	if !isStat {
-		return -1, false
-	}
-	gid = int(st.Gid)
-	if gid == os.Getegid() {
-		return gid, true
-	}
-	groups, err := os.Getgroups()
-	if err != nil {
-		return gid, false
-	}
-	for _, g := range groups {
-		if g == gid {
-			return gid, true
-		}
-	}
-	return gid, false
-}
-
 // ownerFix is the advice for a path owned by someone else.
 func ownerFix(path string, uid int) string {
 	return fmt.Sprintf("it belongs to uid %d, not to this user (uid %d) or root: use a state directory of your own, or chown it", uid, os.Geteuid())

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake/etcdlease"
-	"github.com/randflake/randflake/statedir"
+	"github.com/randflake/randflake/privatefile"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -27,8 +27,8 @@ import (
 // certificates (else the system's), presents a client certificate if one
 // is given, and authenticates as a user whose password is read from a
 // file. The CA and certificate files are read with
-// statedir.ReadPublicFile, the key and the password file with
-// statedir.ReadPrivateFile: all may lie in a Kubernetes Secret volume.
+// privatefile.ReadPublic, the key and the password file with
+// privatefile.Read: all may lie in a Kubernetes Secret volume.
 //
 // A process started before its etcd waits for it, as without these flags;
 // but a TLS handshake that fails (a server certificate the CA does not
@@ -102,7 +102,7 @@ func (s *etcdSecurity) configure(cfg *clientv3.Config) error {
 			if err != nil {
 				return fmt.Errorf("--etcd-cert: %w", err)
 			}
-			keyPEM, err := statedir.ReadPrivateFile(s.key, maxPEMFile)
+			keyPEM, err := privatefile.Read(s.key, maxPEMFile)
 			if err != nil {
 				return fmt.Errorf("--etcd-key: %w", err)
 			}
@@ -129,7 +129,7 @@ func (s *etcdSecurity) configure(cfg *clientv3.Config) error {
 // without trailing line ends. An empty password, or one holding a line
 // end or a NUL byte, is refused (and not shown).
 func readPasswordFile(path string) (string, error) {
-	b, err := statedir.ReadPrivateFile(path, maxPasswordFile)
+	b, err := privatefile.Read(path, maxPasswordFile)
 	if err != nil {
 		return "", err
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/pglease"
-	"github.com/randflake/randflake/statedir"
+	"github.com/randflake/randflake/privatefile"
 )
 
 // postgresFlags are serve's flags for node IDs from PostgreSQL
@@ -150,7 +150,7 @@ const maxPassFile = 1 << 20
 // one. Errors never show the DSN: it may hold a password.
 func (p *postgresFlags) pool(e *env) (*pgxpool.Pool, error) {
 	if f := e.getenv("PGPASSFILE"); f != "" {
-		b, err := statedir.ReadPrivateFile(f, maxPassFile)
+		b, err := privatefile.Read(f, maxPassFile)
 		clear(b)
 		if err != nil {
 			return nil, fmt.Errorf("$PGPASSFILE: %w", err)

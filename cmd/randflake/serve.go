@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/cmd/randflake/internal/server"
+	"github.com/randflake/randflake/privatefile"
 	"github.com/randflake/randflake/statedir"
 )
 
@@ -372,7 +373,7 @@ func readToken(file string) (string, error) {
 	if file == "" {
 		return "", nil
 	}
-	b, err := statedir.ReadPrivateFile(file, maxTokenFile)
+	b, err := privatefile.Read(file, maxTokenFile)
 	if err != nil {
 		return "", fmt.Errorf("inspection token: %w", err)
 	}

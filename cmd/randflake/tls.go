@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/randflake/randflake/statedir"
+	"github.com/randflake/randflake/privatefile"
 )
 
 // serve's TLS (--tls-cert-file, --tls-key-file, --tls-client-ca-file): the
@@ -30,8 +30,8 @@ import (
 // it is served with a warning).
 //
 // The certificate and CA files need not be secret, but must be trusted:
-// they are read with statedir.ReadPublicFile; the key is a private file,
-// read with the checks of the secret file (statedir.ReadPrivateFile).
+// they are read with privatefile.ReadPublic; the key is a private file,
+// read with the checks of the secret file (privatefile.Read).
 // Both follow the links of a Kubernetes Secret volume within its
 // directory.
 
@@ -159,7 +159,7 @@ func (f *tlsFiles) read() (*tls.Config, [sha256.Size]byte, error) {
 	if err != nil {
 		return nil, [sha256.Size]byte{}, fmt.Errorf("--tls-cert-file: %w", err)
 	}
-	keyPEM, err := statedir.ReadPrivateFile(f.keyFile, maxPEMFile)
+	keyPEM, err := privatefile.Read(f.keyFile, maxPEMFile)
 	if err != nil {
 		return nil, [sha256.Size]byte{}, fmt.Errorf("--tls-key-file: %w", err)
 	}
@@ -199,11 +199,11 @@ func (f *tlsFiles) read() (*tls.Config, [sha256.Size]byte, error) {
 }
 
 // readPublicFile reads a certificate or CA file, up to maxPEMFile bytes,
-// with the rules of statedir.ReadPublicFile: a regular file of this user
+// with the rules of privatefile.ReadPublic: a regular file of this user
 // or root that no one else can write, reached through links (a Kubernetes
 // Secret volume's) that stay inside its directory. Anyone may read it.
 func readPublicFile(path string) ([]byte, error) {
-	return statedir.ReadPublicFile(path, maxPEMFile)
+	return privatefile.ReadPublic(path, maxPEMFile)
 }
 
 // parseCAs parses the CERTIFICATE blocks of a CA file into a pool; a file

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/randflake/randflake/cmd/randflake/internal/server"
-	"github.com/randflake/randflake/statedir"
+	"github.com/randflake/randflake/privatefile"
 )
 
 // serve's --issue-tokens-file: the clients that may issue, one "NAME
@@ -47,7 +47,7 @@ func loadIssueTokens(path string, log *slog.Logger) (*issueTokensFile, *server.I
 
 // read reads and parses the file; the digest covers what was read.
 func (f *issueTokensFile) read() (*server.IssueTokens, [sha256.Size]byte, error) {
-	data, err := statedir.ReadPrivateFile(f.path, maxTokensFile)
+	data, err := privatefile.Read(f.path, maxTokensFile)
 	if err != nil {
 		return nil, [sha256.Size]byte{}, fmt.Errorf("--issue-tokens-file: %w", err)
 	}
