@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake/internal/loadclient"
-	"github.com/randflake/randflake/statedir"
+	"github.com/randflake/randflake/privatefile"
 )
 
 const loadUsage = `load [--url URL] [--format json|text|binary] [--batch N] [--concurrency C]
@@ -176,7 +176,7 @@ func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--cert: %w", err)
 		}
-		keyPEM, err := statedir.ReadPrivateFile(keyFile, maxPEMFile)
+		keyPEM, err := privatefile.Read(keyFile, maxPEMFile)
 		if err != nil {
 			return nil, fmt.Errorf("--key: %w", err)
 		}
@@ -192,7 +192,7 @@ func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 
 // readLoadToken reads --token-file: a private file, its content trimmed.
 func readLoadToken(file string) (string, error) {
-	b, err := statedir.ReadPrivateFile(file, maxTokenFile)
+	b, err := privatefile.Read(file, maxTokenFile)
 	if err != nil {
 		return "", fmt.Errorf("--token-file: %w", err)
 	}
