@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,19 +19,65 @@ import (
 	"go.uber.org/zap"
 )
 
-// fetch returns count IDs from a running serve, as decimal strings.
+// fetch returns count IDs from a running serve, as decimal strings. A 503
+// (the server between leases, its renewal late on a slow store) is tried
+// again after its Retry-After, as the client package does, for up to
+// fetchRetryTimeout stretched by this process's slowdown; each retry is
+// logged. Any other answer, or a 503 past that, fails the test with the
+// answer's body and the end of the process's log.
 func fetch(t *testing.T, p *serveProcess, count int) []string {
 	t.Helper()
+	limit := within(fetchRetryTimeout)
+	deadline := time.Now().Add(limit)
+	for {
+		ids, status, body, retry, err := fetchOnce(p, count)
+		if err == nil && status == 200 {
+			return ids
+		}
+		if status == http.StatusServiceUnavailable && time.Now().Add(retry).Before(deadline) {
+			t.Logf("fetch from %s: 503, tried again in %v: %s", p.url, retry, strings.TrimSpace(body))
+			time.Sleep(retry)
+			continue
+		}
+		t.Fatalf("fetch of %d IDs from %s: status %d, error %v, body %q (503s retried for %v, %s); the process's log ends:\n%s",
+			count, p.url, status, err, body, limit, slowness(), logTail(p.logs.String(), 20))
+	}
+}
+
+// fetchRetryTimeout is how long, on idle cores, fetch keeps trying a serve
+// that answers 503.
+const fetchRetryTimeout = 15 * time.Second
+
+// fetchOnce makes one request for count IDs. It returns the IDs of a 200,
+// or the status, the start of the body and the delay a 503 asks for.
+func fetchOnce(p *serveProcess, count int) (ids []string, status int, body string, retry time.Duration, err error) {
 	resp, err := http.Get(p.url + "/v1/ids?format=int&count=" + strconv.Itoa(count))
 	if err != nil {
-		t.Fatal(err)
+		return nil, 0, "", 0, err
 	}
 	defer resp.Body.Close()
-	var got struct{ IDs []string }
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 || len(got.IDs) != count {
-		t.Fatalf("fetch: %d, %v, %d IDs", resp.StatusCode, err, len(got.IDs))
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		retry = 200 * time.Millisecond
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			retry = time.Duration(s) * time.Second
+		}
+		return nil, resp.StatusCode, string(b), retry, nil
 	}
-	return got.IDs
+	var got struct{ IDs []string }
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		return nil, 200, "", 0, err
+	}
+	if len(got.IDs) != count {
+		return nil, 200, "", 0, fmt.Errorf("%d IDs, want %d", len(got.IDs), count)
+	}
+	return got.IDs, 200, "", 0, nil
+}
+
+// logTail returns the last n lines of a process's log.
+func logTail(log string, n int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // nodesOf inspects IDs with the binary and returns the node IDs seen.
