@@ -52,6 +52,7 @@ type BlockSource struct {
 	layout BlockLayout
 	blocks int64
 	wait   int64 // seconds: how long unknown history is waited out (before the marker's horizon)
+	detect int64 // seconds: how long this process issues after its last check of its records (rule 14)
 	now    func() time.Time
 	log    *slog.Logger
 
@@ -61,8 +62,12 @@ type BlockSource struct {
 	// a member with a longer promise joined the fleet, and this process
 	// waits it out even after a wipe took the marker (rule 13).
 	horizonSeen int64
-	position    uint64 // the highest store position seen
-	identity    string // the store identity seen with it
+	// detectSeen is the longest detection bound read in a valid marker
+	// (seconds): a holder that checks its records less often may run, and
+	// a takeover waits it out (rule 14).
+	detectSeen int64
+	position   uint64 // the highest store position seen
+	identity   string // the store identity seen with it
 }
 
 // heldClaim is the lease held.
@@ -126,7 +131,50 @@ func NewBlockSource(store BlockStore, cfg BlockSourceConfig) (*BlockSource, erro
 			ErrBeyondHorizon, s.info.Name, s.info.Promise, cfg.Horizon)
 	}
 	s.wait = ceilSeconds(max(cfg.Horizon, s.info.Promise) + s.info.MaxClockSkew)
+	s.detect = detectionBound(s.info)
 	return s, nil
+}
+
+// detectionBound returns how many seconds past the second of a check of
+// its records a holder of store may issue IDs (rule 14): a renewal begun
+// in second t, whose check follows it, gives a lease ending at EndFor(t)
+// at most, and that second is used to its end. A store whose claims do
+// not lapse (file locks) cannot have a running holder's claim put back
+// for another to take: 0.
+func detectionBound(info StoreInfo) int64 {
+	if info.EndFor == nil || !info.Durable {
+		return 0
+	}
+	t := time.Unix(Epoch+1_000_000, 999_999_999) // the latest instant of a second
+	return max(info.EndFor(t)-t.Unix()+1, 1)
+}
+
+// TakeoverWait returns how long after its claim a lease on a store
+// described by info starts at the earliest, on a store that is not fresh,
+// when neither a record nor the marker asks for longer (rule 14): the
+// detection bound, how long a holder issues after its last check of its
+// records, plus the clock skew. It is the cost of every takeover, a
+// released block's included. Zero for a store whose claims do not lapse.
+func TakeoverWait(info StoreInfo) time.Duration {
+	d := detectionBound(info)
+	if d == 0 {
+		return 0
+	}
+	return time.Duration(d+ceilSeconds(info.MaxClockSkew)) * time.Second
+}
+
+// takeoverWait returns how long after its claim a run of blocks starts at
+// the earliest (rule 14): the longest any
+// holder issues after its last check, plus the clock skew. A consistent
+// older copy of the store written back while its holder runs shows the
+// block free with an old promise; the holder finds out at its next check
+// and stops within that bound.
+func (s *BlockSource) takeoverWait(a *assessment) int64 {
+	d := max(s.detect, a.marker.detect, s.detectSeen)
+	if d == 0 {
+		return 0
+	}
+	return d + ceilSeconds(s.info.MaxClockSkew)
 }
 
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
@@ -224,6 +272,7 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 		}
 		a.marker = m
 		s.horizonSeen = max(s.horizonSeen, m.horizon)
+		s.detectSeen = max(s.detectSeen, m.detect)
 		wait = max(wait, s.horizonSeen+ceilSeconds(s.info.MaxClockSkew))
 		if s.capUnknown(&a.marker, now, wait) {
 			a.write = true
@@ -257,6 +306,7 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 	}
 	a.marker.id = v.NextID
 	a.marker.horizon = max(a.marker.horizon, ceilSeconds(s.info.Promise), s.horizonSeen)
+	a.marker.detect = max(a.marker.detect, s.detect, s.detectSeen)
 	a.marker.digest = digest
 	a.read = v.Identity
 	return a, nil
@@ -408,39 +458,8 @@ func (s *BlockSource) Acquire(ctx context.Context) (Lease, error) {
 		s.abandon(c)
 		return Lease{}, err
 	}
-	if err := s.refreshEnd(ctx, c); err != nil {
-		s.abandon(c)
-		return Lease{}, err
-	}
 	s.held = c
 	return c.lease, nil
-}
-
-// refreshEnd renews a claim whose lease would end before it starts: the
-// claiming step took so long (a loaded machine, a slow store) that the
-// claim, valid from before the step, has little or nothing left by the
-// lease's first second. The renewal gives the lease its end from now.
-func (s *BlockSource) refreshEnd(ctx context.Context, c *heldClaim) error {
-	if c.lease.End >= c.lease.Start || s.info.EndFor == nil {
-		return nil
-	}
-	t0 := s.now()
-	id, err := s.store.Renew(ctx, c.handle)
-	if errors.Is(err, ErrLeaseLost) {
-		return s.renewLost(ctx, id, err)
-	}
-	if err != nil {
-		return fmt.Errorf("randflake: %s: renewing node IDs %d-%d, claimed in a step too slow for its lease to start: %w", s.info.Name, c.lease.FirstNode, c.lease.LastNode, err)
-	}
-	if err := s.checkPosition(ctx, id); err != nil {
-		return err
-	}
-	c.lease.End = s.endFor(t0, c.promised)
-	if c.lease.End < c.lease.Start {
-		return fmt.Errorf("randflake: %s: the lease on node IDs %d-%d would end at %s, before its start %s, even after a renewal: the store or this machine is too slow for the TTL",
-			s.info.Name, c.lease.FirstNode, c.lease.LastNode, formatSecond(c.lease.End), formatSecond(c.lease.Start))
-	}
-	return nil
 }
 
 // claim runs the claiming step: assess the store, choose a run, claim it,
@@ -482,6 +501,14 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 			}}
 			for f := sl.first; f <= c.lease.LastNode; f += s.layout.Size {
 				ch.Claim = append(ch.Claim, f)
+			}
+			if w := s.takeoverWait(a); w > 0 && !(v.Marker == nil && v.Fresh) {
+				// Rule 14: a holder may still be issuing on these
+				// blocks, its claim put back to an older copy (one in
+				// which they were free, with or without a record); it
+				// stops within the detection bound. Only the store's
+				// first step, on a store created empty, has no holder.
+				c.lease.Start = min(max(c.lease.Start, now+w+1), MaxTimestamp)
 			}
 			if c.lease.Start <= now {
 				promised = s.promiseInto(ch, a, c.lease, now)
@@ -647,45 +674,17 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 	for attempt := 0; attempt < 8; attempt++ {
 		sent, promised, adopted = nil, 0, false
 		_, err = s.store.Update(ctx, c.handle, false, func(v *StoreView) (*StoreChanges, error) {
-			sent, promised, adopted, lost = nil, 0, false, ""
-			a := &assessment{records: map[int64]blockRecord{}}
-			ch := &StoreChanges{Records: map[int64][]byte{}}
-			m, err := parseMarker(s.key, v.Marker)
-			switch {
-			case v.Marker == nil:
-				lost = "the fleet marker is gone"
-			case err != nil:
-				lost = fmt.Sprintf("the fleet marker %v", err)
-			case m.id != v.Identity.ID:
-				lost = fmt.Sprintf("the store's identity changed from %q to %q", m.id, v.Identity.ID)
-			case s.identity == v.Identity.ID && v.Identity.Position < s.position:
-				lost = fmt.Sprintf("the store's position went back from %d to %d", s.position, v.Identity.Position)
-			}
-			for _, b := range v.Blocks {
-				if !b.Held {
-					lost = fmt.Sprintf("the claim on node IDs %d-%d is gone", b.First, b.Last)
-				}
-				if b.Record != nil {
-					a.rawRecords()[b.First] = b.Record
-				}
-				if w, ok := c.written[b.First]; ok && string(w) != string(b.Record) {
-					if u, ok := c.uncertain[b.First]; ok && string(u) == string(b.Record) {
-						adopted = true // the uncertain step was applied
-					} else {
-						lost = fmt.Sprintf("the record of node IDs %d-%d is not the one this process wrote (deleted, edited or rolled back)", b.First, b.Last)
-					}
-				}
-				if r, err := parseRecord(s.key, b.Record, b.First, b.Last); err == nil {
-					a.records[b.First] = r
-				}
-			}
-			s.seen(v.Identity)
+			sent, promised = nil, 0
+			var a *assessment
+			var m fleetMarker
+			lost, adopted, a, m = s.checkView(c, v)
 			if lost != "" {
 				return nil, errHistoryLost
 			}
+			ch := &StoreChanges{Records: map[int64][]byte{}}
 			a.marker = m
 			a.marker.id = v.NextID
-			s.horizonSeen = max(s.horizonSeen, m.horizon)
+			a.marker.detect = max(m.detect, s.detect, s.detectSeen)
 			s.capUnknown(&a.marker, s.now().Unix(), max(s.wait, s.horizonSeen+ceilSeconds(s.info.MaxClockSkew)))
 			promised = fill(ch, a)
 			ch.Marker = formatMarker(s.key, a.marker)
@@ -718,6 +717,81 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 }
 
 var errHistoryLost = errors.New("history lost")
+
+// checkView checks what a step on c's blocks read (rule 8): the marker,
+// the store's identity and position, that c's blocks are still held by
+// it and hold the records c wrote. It returns why the claim is lost ("" if
+// it is not), whether the store holds the records of c's uncertain step,
+// the records read and the marker.
+func (s *BlockSource) checkView(c *heldClaim, v *StoreView) (lost string, adopted bool, a *assessment, m fleetMarker) {
+	a = &assessment{records: map[int64]blockRecord{}}
+	m, err := parseMarker(s.key, v.Marker)
+	switch {
+	case v.Marker == nil:
+		lost = "the fleet marker is gone"
+	case err != nil:
+		lost = fmt.Sprintf("the fleet marker %v", err)
+	case m.id != v.Identity.ID:
+		lost = fmt.Sprintf("the store's identity changed from %q to %q", m.id, v.Identity.ID)
+	case s.identity == v.Identity.ID && v.Identity.Position < s.position:
+		lost = fmt.Sprintf("the store's position went back from %d to %d", s.position, v.Identity.Position)
+	}
+	for _, b := range v.Blocks {
+		if !b.Held {
+			lost = fmt.Sprintf("the claim on node IDs %d-%d is gone", b.First, b.Last)
+		}
+		if b.Record != nil {
+			a.rawRecords()[b.First] = b.Record
+		}
+		if w, ok := c.written[b.First]; ok && string(w) != string(b.Record) {
+			if u, ok := c.uncertain[b.First]; ok && string(u) == string(b.Record) {
+				adopted = true // the uncertain step was applied
+			} else {
+				lost = fmt.Sprintf("the record of node IDs %d-%d is not the one this process wrote (deleted, edited or rolled back)", b.First, b.Last)
+			}
+		}
+		if r, err := parseRecord(s.key, b.Record, b.First, b.Last); err == nil {
+			a.records[b.First] = r
+		}
+	}
+	if lost == "" {
+		s.horizonSeen = max(s.horizonSeen, m.horizon)
+		s.detectSeen = max(s.detectSeen, m.detect)
+	}
+	s.seen(v.Identity)
+	return lost, adopted, a, m
+}
+
+// errChecked ends checkHeld's step without a change.
+var errChecked = errors.New("checked")
+
+// checkHeld checks, in a step that writes nothing, that c's blocks still
+// hold the records c wrote under a valid marker (rule 14): a renewal
+// extends the lease only after this check, so that a holder whose claim
+// was put back to an older copy stops within the detection bound.
+func (s *BlockSource) checkHeld(ctx context.Context, c *heldClaim) error {
+	var lost string
+	var adopted bool
+	_, err := s.store.Update(ctx, c.handle, false, func(v *StoreView) (*StoreChanges, error) {
+		lost, adopted, _, _ = s.checkView(c, v)
+		if lost != "" {
+			return nil, errHistoryLost
+		}
+		return nil, errChecked
+	})
+	switch {
+	case errors.Is(err, errChecked):
+		if adopted {
+			c.applied(c.uncertain, c.uncertainPromise)
+		}
+		return nil
+	case errors.Is(err, errHistoryLost):
+		return s.historyLost(ctx, c, lost)
+	case err == nil:
+		return fmt.Errorf("randflake: %s: internal error: the check of node IDs %d-%d was applied as a change", s.info.Name, c.lease.FirstNode, c.lease.LastNode)
+	}
+	return err
+}
 
 // historyLost handles a store found to have gone back, or been edited,
 // under a running holder (rule 8): the whole store's history is marked
@@ -861,12 +935,16 @@ func (s *BlockSource) Renew(ctx context.Context, l Lease) (Lease, error) {
 		return c.lease, nil
 	}
 	if end > c.promised {
-		if err := s.writePromise(ctx, c, t0.Unix()); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				s.held = nil
-			}
-			return Lease{}, err
+		err = s.writePromise(ctx, c, t0.Unix())
+	} else {
+		// Rule 14: the lease runs on only after a check of its records.
+		err = s.checkHeld(ctx, c)
+	}
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			s.held = nil
 		}
+		return Lease{}, err
 	}
 	c.lease.End = s.endFor(t0, c.promised)
 	return c.lease, nil

@@ -22,17 +22,19 @@ import (
 // is the record of block FIRST..LAST: no ID on its node IDs carries a
 // second after UNTIL, written when the writer's clock read AT.
 //
-//	rfm1 fleet=K id=ID first=F last=L size=S horizon=H unknown=U digest=D tag=TAG
+//	rfm1 fleet=K id=ID first=F last=L size=S horizon=H detect=E unknown=U digest=D tag=TAG
 //
 // is the fleet marker: the ID of the key it is signed under (K, see
 // keyID), the store's identity when it was written (ID), the
 // fleet's layout (blocks of S node IDs from F to L), the longest promise a
-// holder makes (H seconds), the second U up to which every block's history
+// holder makes (H seconds), the longest a holder issues after its last
+// check of its records (E seconds, rule 14), the second U up to which every block's history
 // counts as unknown (the store lost history, or went back, before it), and
 // D, the exclusive or of the tags of every record in the store. A record
 // deleted, edited or replaced by an older one (even with a valid tag)
 // changes the tags the reader finds, so D no longer matches. A marker
-// written before K was added has no fleet field; it is read as before.
+// written before K or E were added has no fleet or detect field; it is
+// read as before, E as 0.
 
 const (
 	recordPrefix = "rfb1 "
@@ -147,14 +149,15 @@ type fleetMarker struct {
 	id      string
 	layout  BlockLayout
 	horizon int64 // seconds
+	detect  int64 // seconds a holder issues after its last check (rule 14)
 	unknown int64 // history unknown up to this second
 	digest  [tagBytes]byte
 }
 
 func formatMarker(key []byte, m fleetMarker) []byte {
-	body := fmt.Sprintf("%sfleet=%s id=%s first=%d last=%d size=%d horizon=%d unknown=%d digest=%s",
+	body := fmt.Sprintf("%sfleet=%s id=%s first=%d last=%d size=%d horizon=%d detect=%d unknown=%d digest=%s",
 		markerPrefix, keyID(key), url.QueryEscape(m.id), m.layout.FirstNode, m.layout.LastNode, m.layout.Size,
-		m.horizon, m.unknown, hex.EncodeToString(m.digest[:]))
+		m.horizon, m.detect, m.unknown, hex.EncodeToString(m.digest[:]))
 	t := tagOf(key, body)
 	return []byte(body + " tag=" + hex.EncodeToString(t[:]))
 }
@@ -207,12 +210,18 @@ func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
 			return fleetMarker{}, fmt.Errorf("%w: malformed %s", errBadRecord, n.name)
 		}
 	}
+	if v, ok := fields["detect"]; ok {
+		if m.detect, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return fleetMarker{}, fmt.Errorf("%w: malformed detect", errBadRecord)
+		}
+	}
 	d, err := hex.DecodeString(fields["digest"])
 	if err != nil || len(d) != tagBytes {
 		return fleetMarker{}, fmt.Errorf("%w: malformed digest", errBadRecord)
 	}
 	copy(m.digest[:], d)
-	if m.layout.Check() != nil || !inLifetime(m.unknown) || m.horizon < 0 || m.horizon > MaxTimestamp-Epoch {
+	if m.layout.Check() != nil || !inLifetime(m.unknown) || m.horizon < 0 || m.horizon > MaxTimestamp-Epoch ||
+		m.detect < 0 || m.detect > MaxTimestamp-Epoch {
 		return fleetMarker{}, fmt.Errorf("%w: impossible values", errBadRecord)
 	}
 	return m, nil

@@ -21,16 +21,19 @@ var sinceStart = slowdown.Start()
 
 // env is one subtest's store and the processes it runs on it.
 type env struct {
-	t      *testing.T
-	h      Harness
-	s      *Store
-	info   randflake.StoreInfo
-	runs   int64         // runs of h.Blocks blocks in the layout
-	wait   int64         // seconds a claim on unknown history waits at least
-	budget time.Duration // how long any one wait of the subtest may take on idle cores (see limit)
-	check  *Checker
-	sign   signer
-	log    *slog.Logger
+	t    *testing.T
+	h    Harness
+	s    *Store
+	info randflake.StoreInfo
+	runs int64 // runs of h.Blocks blocks in the layout
+	wait int64 // seconds a claim on unknown history waits at least
+	// takeover is the seconds any claim waits after it (rule 14 of
+	// docs/leases.md: randflake.TakeoverWait), unknown history aside.
+	takeover int64
+	budget   time.Duration // how long any one wait of the subtest may take on idle cores (see limit)
+	check    *Checker
+	sign     signer
+	log      *slog.Logger
 
 	mu sync.Mutex
 	n  int // processes opened
@@ -48,6 +51,7 @@ func newEnv(t *testing.T, h Harness) *env {
 		t.Fatalf("leasetest: %s: the suite checks durable stores with a positive promise, not %+v", e.info.Name, e.info)
 	}
 	e.wait = ceilSeconds(e.info.Promise)
+	e.takeover = ceilSeconds(randflake.TakeoverWait(e.info))
 	e.budget = 4*time.Duration(e.wait)*time.Second + 4*e.info.MaxClockSkew + 20*time.Second
 	return e
 }

@@ -40,6 +40,7 @@ var subtests = []subtest{
 	{"LongerPromiseThenWipe", longerPromiseThenWipe, true},
 	{"ClockAheadFindsUnknownHistory", clockAheadFindsUnknownHistory, true},
 	{"AnotherFleet", anotherFleet, true},
+	{"ReplayWhileHolding", replayWhileHolding, true},
 }
 
 // Run checks a BlockStore against the rules of the lease engine. Each
@@ -51,8 +52,9 @@ var subtests = []subtest{
 //
 //   - DisjointClaims: one holder per run of blocks, claiming at once, get
 //     disjoint node IDs; one more gets ErrNoFreeNodes.
-//   - ReleaseAndReuse: a released run is claimed again at once, starting
-//     right after the last second used.
+//   - ReleaseAndReuse: a released run is claimed again, starting right
+//     after the last second used or a takeover's wait after the claim,
+//     whichever is later.
 //   - TakeoverAfterCrash: a holder killed under load, half-way through a
 //     second, without releasing; its successor starts after every second
 //     the killed holder could have used, and, for a store whose claims
@@ -95,7 +97,11 @@ var subtests = []subtest{
 //     waiting the hour, on another block.
 //   - AnotherFleet: a process under another fleet's secret is refused with
 //     ErrFleetMismatch and writes nothing (ReadMarker, if given); the
-//     holder keeps its claim, a newcomer of the fleet waits nothing.
+//     holder keeps its claim, a newcomer of the fleet waits no more than a
+//     takeover (randflake.TakeoverWait).
+//   - ReplayWhileHolding: an older, consistent copy (Save) put back while a
+//     holder issues: the holder stops within the detection bound, and a
+//     newcomer on its node IDs starts only after the holder's last second.
 //
 // A subtest whose hook is nil is skipped with a message naming the hook.
 // Under -short (testing.Short) every subtest but DisjointClaims and
