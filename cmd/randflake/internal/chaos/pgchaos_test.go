@@ -135,6 +135,10 @@ func (r *pgRun) restart() (time.Time, bool) {
 	stopped := time.Now()
 	f.event("PostgreSQL stopped (fast shutdown, %.1fs) for %.1fs", stopped.Sub(t0).Seconds(), down.Seconds())
 	time.Sleep(down)
+	// The server accepts connections, and renewals succeed, before Start
+	// returns (it waits until a connection succeeds): the window of the
+	// bound ends when the server is told to start.
+	starting := time.Now()
 	if err := r.srv.Start(); err != nil {
 		r.t.Fatalf("starting PostgreSQL again: %v\n%s", err, r.srv.LogTail())
 	}
@@ -142,7 +146,7 @@ func (r *pgRun) restart() (time.Time, bool) {
 	// No renewal can succeed while the server is down; the last one was
 	// sent before it stopped, and a lease ends 2 x MaxClockSkew and a
 	// margin (a tenth of the TTL) before its claim can lapse.
-	r.bounds = append(r.bounds, bound{from: stopped, until: started, max: stopped.Add(pgTTL-2*time.Second-pgTTL/10).Unix() - 1,
+	r.bounds = append(r.bounds, bound{from: stopped, until: starting, max: stopped.Add(pgTTL-2*time.Second-pgTTL/10).Unix() - 1,
 		what: fmt.Sprintf("PostgreSQL stopped at %.1fs", stopped.Sub(f.start).Seconds())})
 	limit := within(20 * time.Second)
 	idle := f.waitAllIssuing(started, limit)
