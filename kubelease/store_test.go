@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -120,17 +122,21 @@ func TestPendingStepWrittenOut(t *testing.T) {
 		t.Fatal("no step was committed with its writes held back")
 	}
 	// Another process claims: it writes the pending step out first, and
-	// finds the history intact. It gets one of the two blocks never used
-	// (the engine takes blocks whose seconds have passed first), so its
-	// lease starts by the second of its claim, where history found lost
-	// would be waited out for the promise and the clock allowances (over
-	// 8 s) first.
+	// finds the history intact: it logs no unknown history, and its lease
+	// starts a takeover's wait after its claim (rule 14), where history
+	// found lost would be waited out for the horizon and the clock
+	// allowances.
 	cfg2 := testConfig(cli, ns, 63, "second")
+	var logs lockedLog
+	cfg2.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	began := time.Now()
 	g2 := newLeased(t, cfg2)
-	if l2 := g2.Lease(); l2.Start > began.Unix()+1 {
-		t.Errorf("the claim after a pending step got %v, starting %d s after its claim at second %d: the history was lost and waited out",
-			l2, l2.Start-began.Unix(), began.Unix())
+	if strings.Contains(logs.String(), "history of the node IDs is unknown") {
+		t.Errorf("the claim after a pending step found the history lost:\n%s", logs.String())
+	}
+	if l2, takeover := g2.Lease(), int64(randflake.TakeoverWait(mustInfo(t, cfg2))/time.Second); l2.Start > began.Unix()+takeover+1 {
+		t.Errorf("the claim after a pending step got %v, starting %d s after its claim at second %d, more than a takeover's %d s: the history was lost and waited out",
+			l2, l2.Start-began.Unix(), began.Unix(), takeover)
 	}
 	col2 := leasetest.Collect("second", g2)
 	col2.WaitCount(t, 500, 30*time.Second)
@@ -172,4 +178,32 @@ func (f *failAfterCommit) RoundTrip(r *http.Request) (*http.Response, error) {
 		f.tripped.Store(true)
 	}
 	return resp, err
+}
+
+// lockedLog is a log destination safe for the generator's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// mustInfo returns the StoreInfo of a store on cfg.
+func mustInfo(t *testing.T, cfg Config) randflake.StoreInfo {
+	t.Helper()
+	st, err := NewStore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Info()
 }
