@@ -24,6 +24,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/client"
+	"github.com/randflake/randflake/internal/loadclient"
 )
 
 // The end-to-end tests run the real binary, built once by TestMain.
@@ -611,7 +612,7 @@ func TestServeEndToEnd(t *testing.T) {
 		// all, later.
 		const requests = 20
 		for _, batch := range []int{1, 100, 10000} {
-			rep, err := loadTest(context.Background(), loadConfig{URL: p.url, Batch: batch, Concurrency: 2, Requests: requests, Duration: within(30 * time.Second), Verify: true})
+			rep, err := loadTest(context.Background(), loadConfig{URL: p.url, Batch: batch, Concurrency: 2, Requests: requests, Duration: min(within(30*time.Second), loadclient.MaxDuration), Verify: true})
 			if err != nil {
 				t.Fatalf("batch %d: %v", batch, err)
 			}
