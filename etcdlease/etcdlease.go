@@ -303,11 +303,9 @@ type Source struct {
 	*randflake.BlockSource
 }
 
-// New returns a lease source on etcd. Config.Secret is required.
+// New returns a lease source on etcd. Config.Secret is required: the
+// fleet's 16 bytes.
 func New(cfg Config) (*Source, error) {
-	if len(cfg.Secret) == 0 {
-		return nil, errors.New("etcdlease: Config.Secret is empty: the fleet's secret signs the records in etcd")
-	}
 	cfg, err := cfg.normalize()
 	if err != nil {
 		return nil, err
@@ -316,14 +314,15 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{
+	bs, err := randflake.NewStoreSource(st, randflake.StoreSourceConfig{
+		Name:    "etcdlease",
 		Secret:  cfg.Secret,
 		Layout:  st.Layout(),
 		Horizon: cfg.Horizon,
 		Logger:  cfg.Logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcdlease: %w", err)
+		return nil, err
 	}
 	return &Source{BlockSource: bs}, nil
 }
@@ -337,9 +336,9 @@ func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Lease
 	if err != nil {
 		return nil, err
 	}
-	return randflake.NewLeased(ctx, randflake.LeasedConfig{
+	return randflake.NewStoreLeased(ctx, src, randflake.StoreLeasedConfig{
+		Name:    "etcdlease",
 		Secret:  secret,
-		Source:  src,
 		Shards:  cfg.Shards,
 		OnError: cfg.OnError,
 		Logger:  cfg.Logger,

@@ -345,11 +345,8 @@ type Source struct {
 }
 
 // New returns a lease source on Kubernetes Lease objects. Config.Secret is
-// required.
+// required: the fleet's 16 bytes.
 func New(cfg Config) (*Source, error) {
-	if len(cfg.Secret) == 0 {
-		return nil, errors.New("kubelease: Config.Secret is empty: the fleet's secret signs the records on the Lease objects")
-	}
 	cfg, err := cfg.normalize()
 	if err != nil {
 		return nil, err
@@ -358,14 +355,15 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{
+	bs, err := randflake.NewStoreSource(st, randflake.StoreSourceConfig{
+		Name:    "kubelease",
 		Secret:  cfg.Secret,
 		Layout:  st.Layout(),
 		Horizon: cfg.Horizon,
 		Logger:  cfg.Logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("kubelease: %w", err)
+		return nil, err
 	}
 	return &Source{BlockSource: bs}, nil
 }
@@ -379,9 +377,9 @@ func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Lease
 	if err != nil {
 		return nil, err
 	}
-	return randflake.NewLeased(ctx, randflake.LeasedConfig{
+	return randflake.NewStoreLeased(ctx, src, randflake.StoreLeasedConfig{
+		Name:    "kubelease",
 		Secret:  secret,
-		Source:  src,
 		Shards:  cfg.Shards,
 		OnError: cfg.OnError,
 		Logger:  cfg.Logger,

@@ -250,14 +250,12 @@ type Source struct {
 	bs    *randflake.BlockSource
 }
 
-// New returns a lease source on PostgreSQL. With Config.DSN it opens a pool
-// (connecting on first use).
+// New returns a lease source on PostgreSQL. Config.Secret is required: the
+// fleet's 16 bytes. With Config.DSN it opens a pool (connecting on first
+// use), closed again if New fails.
 func New(cfg Config) (*Source, error) {
 	if (cfg.Pool == nil) == (cfg.DSN == "") {
 		return nil, errors.New("pglease: set exactly one of Config.Pool and Config.DSN")
-	}
-	if len(cfg.Secret) != 16 {
-		return nil, fmt.Errorf("pglease: Config.Secret must be the fleet's 16-byte secret, not %d bytes", len(cfg.Secret))
 	}
 	st, err := newStore(cfg)
 	if err != nil {
@@ -282,15 +280,16 @@ func New(cfg Config) (*Source, error) {
 		s.pool, s.owned = pool, true
 	}
 	st.pool, st.red = s.pool, s.red
-	s.bs, err = randflake.NewBlockSource(st, randflake.BlockSourceConfig{
+	s.bs, err = randflake.NewStoreSource(st, randflake.StoreSourceConfig{
+		Name:    "pglease",
 		Secret:  cfg.Secret,
 		Layout:  st.layout,
 		Horizon: st.horizon,
 		Logger:  cfg.Logger,
+		Close:   s.Close,
 	})
 	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("pglease: %w", err)
+		return nil, err
 	}
 	return s, nil
 }
@@ -309,18 +308,14 @@ func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Lease
 	if err != nil {
 		return nil, err
 	}
-	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
+	return randflake.NewStoreLeased(ctx, src, randflake.StoreLeasedConfig{
+		Name:    "pglease",
 		Secret:  secret,
-		Source:  src,
 		Shards:  cfg.Shards,
 		OnError: cfg.OnError,
 		Logger:  cfg.Logger,
+		Close:   src.Close,
 	})
-	if err != nil {
-		src.Close()
-		return nil, err
-	}
-	return g, nil
 }
 
 // Close closes the pool the Source opened from Config.DSN; a Config.Pool is

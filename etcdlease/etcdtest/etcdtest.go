@@ -28,36 +28,25 @@
 package etcdtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/leasetest"
 )
 
-// sinceStart measures the process's slowdown from its start (the package's
-// first use); its Stretch is the one place the server's start stretch their
-// bounds from.
-var sinceStart = slowdown.Start()
-
 // BinEnv is the environment variable that, when set, names the directory
 // holding etcd and etcdctl; [Find] then looks nowhere else.
-const BinEnv = "RANDFLAKE_ETCD_BIN"
+const BinEnv = leasetest.EtcdBinEnv
 
 // DefaultClusterToken is the initial cluster token of a new server. The
 // cluster ID derives from it and from the member's name and peer URL, so a
@@ -67,7 +56,7 @@ const DefaultClusterToken = "randflake-etcdtest"
 
 // ErrNotFound is returned, wrapped in an error saying how to install the
 // binaries, by [Find] and [Start] when etcd or etcdctl is not found.
-var ErrNotFound = errors.New("no etcd binaries (etcd, etcdctl)")
+var ErrNotFound = leasetest.ErrNoEtcd
 
 const installHint = "install them (Debian: apt-get install etcd-server etcd-client) or set $" + BinEnv + " to their directory"
 
@@ -79,24 +68,11 @@ const memberName = "randflake-test"
 // on PATH. If either is missing, the error wraps [ErrNotFound] and says how
 // to install them.
 func Find() (etcd, etcdctl string, err error) {
-	if d := os.Getenv(BinEnv); d != "" {
-		etcd, etcdctl = filepath.Join(d, "etcd"), filepath.Join(d, "etcdctl")
-		if isFile(etcd) && isFile(etcdctl) {
-			return etcd, etcdctl, nil
-		}
-		return "", "", fmt.Errorf("%w in $%s=%s; %s", ErrNotFound, BinEnv, d, installHint)
-	}
-	etcd, err1 := exec.LookPath("etcd")
-	etcdctl, err2 := exec.LookPath("etcdctl")
-	if err1 != nil || err2 != nil {
-		return "", "", fmt.Errorf("%w on PATH; %s", ErrNotFound, installHint)
+	etcd, etcdctl, err = leasetest.FindEtcd()
+	if err != nil {
+		return "", "", fmt.Errorf("%w; %s", err, installHint)
 	}
 	return etcd, etcdctl, nil
-}
-
-func isFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && !fi.IsDir()
 }
 
 // Required reports whether tests needing etcd must fail rather than be
@@ -238,102 +214,46 @@ func (s *Server) startLocked() error {
 	if s.proc != nil {
 		return errors.New("etcdtest: Start of a running server")
 	}
-	peer := s.peerURL()
-	cmd := exec.Command(s.etcd,
-		"--name", memberName,
-		"--data-dir", s.data,
-		"--listen-client-urls", s.URL(), "--advertise-client-urls", s.URL(),
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", memberName+"="+peer,
-		"--initial-cluster-token", s.token,
-		"--initial-cluster-state", "new",
-		"--heartbeat-interval", "10", "--election-timeout", "100",
-		"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
+	cmd := exec.Command(s.etcd, s.member(s.data, s.token).Args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	proc, err := leasetest.StartServer("etcdtest: etcd on "+s.data, cmd, s.log)
+	name := "etcdtest: etcd on " + s.data
+	proc, err := leasetest.StartServer(name, cmd, s.log)
 	if err != nil {
 		return err
 	}
-	s.proc = proc
-	meter := slowdown.Start()
-	began := time.Now()
-	for {
-		if err = s.healthy(); err == nil {
-			if err = s.ours(); err == nil {
-				return nil
-			}
-			// Another etcd answers on the client port: ours cannot
-			// have bound it.
-			s.stopLocked(syscall.SIGKILL)
-			return fmt.Errorf("etcdtest: %w: %v", leasetest.ErrPortTaken, err)
-		}
-		select {
-		case <-proc.Exited():
-			s.proc = nil
-			if e := proc.PortTaken(); e != nil {
-				return fmt.Errorf("etcdtest: etcd could not listen on %s and %s (a restart keeps its ports): %w", s.URL(), s.peerURL(), e)
-			}
-			return fmt.Errorf("etcdtest: etcd exited: %v\n%s", proc.State(), s.LogTail())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if limit := meter.Stretch(readyTimeout); time.Since(began) > limit {
-			s.stopLocked(syscall.SIGKILL)
-			return fmt.Errorf("etcdtest: etcd on %s not healthy after %v (%s): %v\n%s",
-				s.URL(), limit.Round(time.Millisecond), meter, err, s.LogTail())
-		}
+	if err := leasetest.WaitReady(proc, name, "healthy", readyTimeout, 20*time.Millisecond, s.ready); err != nil {
+		return err
 	}
+	s.proc = proc
+	return nil
+}
+
+// member describes the server's member on data, under token.
+func (s *Server) member(data, token string) leasetest.EtcdMember {
+	return leasetest.EtcdMember{Name: memberName, DataDir: data, ClientURL: s.URL(), PeerURL: s.peerURL(), Token: token}
 }
 
 // readyTimeout is how long a start may take on idle cores, stretched by
 // the measured slowdown: etcd is ready within a fraction of a second.
 const readyTimeout = 30 * time.Second
 
-// healthy asks the server's /health endpoint, which answers true once the
-// member has a leader and serves requests.
-func (s *Server) healthy() error {
-	c := http.Client{Timeout: sinceStart.Stretch(time.Second)}
-	resp, err := c.Get(s.URL() + "/health")
+// ready reports whether the server is healthy, and is this server: its
+// member list holds this server's peer URL, which no other server has
+// (FreePort reserves it). Another etcd answering on the client port is
+// leasetest.ErrPortTaken: ours cannot have bound it.
+func (s *Server) ready(ctx context.Context) error {
+	members, err := leasetest.EtcdHealthy(ctx, s.URL())
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"health":"true"`)) {
-		return fmt.Errorf("/health: %s %s", resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
-}
-
-// ours checks that the etcd answering on the client port is this server:
-// that its member list holds this server's peer URL, which no other
-// server has (FreePort reserves it).
-func (s *Server) ours() error {
-	c := http.Client{Timeout: sinceStart.Stretch(5 * time.Second)}
-	resp, err := c.Post(s.URL()+"/v3/cluster/member/list", "application/json", strings.NewReader("{}"))
-	if err != nil {
-		return fmt.Errorf("listing the members on %s: %w", s.URL(), err)
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Members []struct {
-			PeerURLs []string `json:"peerURLs"`
-		} `json:"members"`
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("listing the members on %s: %s %s", s.URL(), resp.Status, bytes.TrimSpace(b))
-	}
-	if err := json.Unmarshal(b, &list); err != nil {
-		return fmt.Errorf("listing the members on %s: %w", s.URL(), err)
-	}
-	for _, m := range list.Members {
+	for _, m := range members {
 		for _, u := range m.PeerURLs {
 			if u == s.peerURL() {
 				return nil
 			}
 		}
 	}
-	return fmt.Errorf("the etcd on %s is not this server: its members %s lack peer URL %s", s.URL(), bytes.TrimSpace(b), s.peerURL())
+	return fmt.Errorf("%w: the etcd on %s is not this server: its members %+v lack peer URL %s", leasetest.ErrPortTaken, s.URL(), members, s.peerURL())
 }
 
 // Stop stops the server by its process ID, with SIGTERM (etcd then shuts
@@ -387,14 +307,7 @@ func (s *Server) Close() {
 // ctx, and returns its standard output; the error includes its standard
 // error. For example Ctl(ctx, "del", "--prefix", "/") deletes every key.
 func (s *Server) Ctl(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, s.etcdctl, append([]string{"--endpoints=" + s.URL(), "--dial-timeout=2s", "--command-timeout=10s"}, args...)...)
-	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("etcdctl %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	return stdout.Bytes(), nil
+	return leasetest.Etcdctl(ctx, s.etcdctl, append([]string{"--endpoints=" + s.URL(), "--dial-timeout=2s", "--command-timeout=10s"}, args...)...)
 }
 
 // Snapshot saves a snapshot of the running server's keyspace to path, with
@@ -434,10 +347,7 @@ func (s *Server) Restore(ctx context.Context, path string, opts RestoreOptions) 
 		token = s.token
 	}
 	data := s.newDataDir()
-	peer := s.peerURL()
-	if _, err := s.Ctl(ctx, "snapshot", "restore", path, "--data-dir", data, "--name", memberName,
-		"--initial-cluster", memberName+"="+peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster-token", token); err != nil {
+	if _, err := s.Ctl(ctx, s.member(data, token).RestoreArgs(path)...); err != nil {
 		return err
 	}
 	s.data, s.token = data, token

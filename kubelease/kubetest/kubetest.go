@@ -55,7 +55,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -97,14 +96,9 @@ func Find() (apiserver, etcd, etcdctl string, err error) {
 	if fi, err := os.Stat(apiserver); err != nil || fi.IsDir() {
 		return "", "", "", fmt.Errorf("%w: no kube-apiserver at %s; %s", ErrNotFound, apiserver, hint)
 	}
-	if d := os.Getenv("RANDFLAKE_ETCD_BIN"); d != "" {
-		etcd, etcdctl = filepath.Join(d, "etcd"), filepath.Join(d, "etcdctl")
-	} else {
-		etcd, _ = exec.LookPath("etcd")
-		etcdctl, _ = exec.LookPath("etcdctl")
-	}
-	if etcd == "" || etcdctl == "" {
-		return "", "", "", fmt.Errorf("%w: no etcd or etcdctl; %s", ErrNotFound, hint)
+	etcd, etcdctl, err = leasetest.FindEtcd()
+	if err != nil {
+		return "", "", "", fmt.Errorf("%w: %v; %s", ErrNotFound, err, hint)
 	}
 	return apiserver, etcd, etcdctl, nil
 }
@@ -123,8 +117,6 @@ const (
 	// stopGrace is how long a stopped server has to exit after SIGTERM
 	// before it is killed.
 	stopGrace = 10 * time.Second
-	// probeTimeout bounds one readiness probe.
-	probeTimeout = 2 * time.Second
 )
 
 // Timeout returns d, a bound that holds on idle cores, stretched by how
@@ -467,9 +459,7 @@ func (c *Cluster) startEtcd(ctx context.Context, snapshot string) error {
 		if snapshot != "" {
 			// The same member name and cluster token: a restore of this
 			// cluster, not a new one.
-			if _, err := c.ctl(ctx, "snapshot", "restore", snapshot, "--data-dir", c.data, "--name", c.etcdName,
-				"--initial-cluster", c.etcdName+"="+c.peerURL(), "--initial-advertise-peer-urls", c.peerURL(),
-				"--initial-cluster-token", c.etcdName); err != nil {
+			if _, err := c.ctl(ctx, c.member().RestoreArgs(snapshot)...); err != nil {
 				return err
 			}
 		}
@@ -487,17 +477,13 @@ func (c *Cluster) startEtcd(ctx context.Context, snapshot string) error {
 // until it is healthy. An error wraps leasetest.ErrPortTaken if etcd could
 // not bind a port. c.mu is held.
 func (c *Cluster) runEtcd() error {
-	cmd := exec.Command(c.etcd, "--name", c.etcdName, "--data-dir", c.data,
-		"--listen-client-urls", c.etcdURL(), "--advertise-client-urls", c.etcdURL(),
-		"--listen-peer-urls", c.peerURL(), "--initial-advertise-peer-urls", c.peerURL(),
-		"--initial-cluster", c.etcdName+"="+c.peerURL(), "--initial-cluster-token", c.etcdName, "--initial-cluster-state", "new",
-		"--heartbeat-interval", "10", "--election-timeout", "100", "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
+	cmd := exec.Command(c.etcd, c.member().Args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p, err := leasetest.StartServer("kubetest: etcd", cmd, c.path("etcd.log"))
 	if err != nil {
 		return err
 	}
-	err = c.waitReady(p, "etcd", "healthy", etcdReady, 20*time.Millisecond, c.etcdHealthy)
+	err = leasetest.WaitReady(p, "kubetest: etcd", "healthy", etcdReady, 20*time.Millisecond, c.etcdHealthy)
 	if err != nil {
 		return err
 	}
@@ -505,100 +491,25 @@ func (c *Cluster) runEtcd() error {
 	return nil
 }
 
+// member describes etcd's member: on c.data and its ports of the moment,
+// named after the cluster, which also names its cluster token. c.mu is
+// held.
+func (c *Cluster) member() leasetest.EtcdMember {
+	return leasetest.EtcdMember{Name: c.etcdName, DataDir: c.data, ClientURL: c.etcdURL(), PeerURL: c.peerURL(), Token: c.etcdName}
+}
+
 // etcdHealthy asks etcd whether it is healthy, and whether it is this
-// cluster's: another server that took the port would answer too.
+// cluster's: another server that took the port would answer too (that is
+// leasetest.ErrPortTaken).
 func (c *Cluster) etcdHealthy(ctx context.Context) error {
-	var health struct {
-		Health string `json:"health"`
-	}
-	if err := c.probe(ctx, http.MethodGet, c.etcdURL()+"/health", nil, &health); err != nil {
+	members, err := leasetest.EtcdHealthy(ctx, c.etcdURL())
+	if err != nil {
 		return err
 	}
-	if health.Health != "true" {
-		return fmt.Errorf("/health: %q", health.Health)
-	}
-	var members struct {
-		Members []struct {
-			Name string `json:"name"`
-		} `json:"members"`
-	}
-	if err := c.probe(ctx, http.MethodPost, c.etcdURL()+"/v3/cluster/member/list", []byte("{}"), &members); err != nil {
-		return err
-	}
-	if len(members.Members) != 1 || members.Members[0].Name != c.etcdName {
-		return fmt.Errorf("%s answers for members %+v, not this cluster's %s: another etcd", c.etcdURL(), members.Members, c.etcdName)
+	if len(members) != 1 || members[0].Name != c.etcdName {
+		return fmt.Errorf("%w: %s answers for members %+v, not this cluster's %s: another etcd", leasetest.ErrPortTaken, c.etcdURL(), members, c.etcdName)
 	}
 	return nil
-}
-
-// probeClient is etcd's probes' own client: not http.DefaultClient,
-// whose transport a test binary may have replaced (the command's tests
-// check every answer of theirs against the OpenAPI document).
-var probeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-
-// probe sends a request to etcd and decodes its JSON answer into out.
-func (c *Cluster) probe(ctx context.Context, method, url string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := probeClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s %s", url, resp.Status, bytes.TrimSpace(b))
-	}
-	return json.Unmarshal(b, out)
-}
-
-// waitReady waits, probing every poll, until ready answers nil, for at
-// most bound on idle cores stretched by Timeout; what is ready names the
-// server and what it waits for in errors. It stops p if it does not get
-// ready, and returns an error wrapping leasetest.ErrPortTaken if p exited
-// because a port was taken.
-func (c *Cluster) waitReady(p *leasetest.ServerProcess, name, what string, bound, poll time.Duration, ready func(context.Context) error) error {
-	began := time.Now()
-	deadline := began.Add(Timeout(bound))
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), min(time.Until(deadline), Timeout(probeTimeout)))
-		err := ready(ctx)
-		cancel()
-		select {
-		case <-p.Exited():
-			// Exited: whatever answered was not p.
-			if taken := p.PortTaken(); taken != nil {
-				return fmt.Errorf("kubetest: %s: %w", name, taken)
-			}
-			return fmt.Errorf("kubetest: %s exited: %v\n%s", name, p.State(), tail(p.Output()))
-		default:
-		}
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			p.Stop(syscall.SIGKILL, Timeout(stopGrace))
-			return fmt.Errorf("kubetest: %s not %s within %v (%v on idle cores; %s): %v\n%s",
-				name, what, time.Since(began).Round(time.Millisecond), bound, slowness(), err, tail(p.Output()))
-		}
-		select {
-		case <-p.Exited():
-		case <-time.After(poll):
-		}
-	}
-}
-
-// tail returns the last 4 KB of a server's output.
-func tail(out string) string {
-	if len(out) > 4096 {
-		out = out[len(out)-4096:]
-	}
-	return out
 }
 
 // startAPI starts the API server on etcd, on its port of the moment if it
@@ -641,7 +552,7 @@ func (c *Cluster) runAPI(port int) error {
 	// Probed on its own port: only this API server, with this CA's
 	// certificate, accepts the administrator's token.
 	url := "https://127.0.0.1:" + strconv.Itoa(port)
-	if err := c.waitReady(p, "kube-apiserver", "ready", apiReady, 100*time.Millisecond, func(ctx context.Context) error { return c.ready(ctx, url) }); err != nil {
+	if err := leasetest.WaitReady(p, "kubetest: kube-apiserver", "ready", apiReady, 100*time.Millisecond, func(ctx context.Context) error { return c.ready(ctx, url) }); err != nil {
 		return err
 	}
 	c.apiP, c.apiPort = p, port
@@ -757,17 +668,7 @@ func (c *Cluster) Restore(ctx context.Context, path string) error {
 }
 
 func (c *Cluster) ctl(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, c.etcdctl, args...)
-	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		if cause := context.Cause(ctx); cause != nil {
-			err = fmt.Errorf("%v (%w)", err, cause)
-		}
-		return out.Bytes(), fmt.Errorf("etcdctl %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(errb.Bytes()))
-	}
-	return out.Bytes(), nil
+	return leasetest.Etcdctl(ctx, c.etcdctl, args...)
 }
 
 // Close stops the API server and etcd, closes the API server's address

@@ -1,0 +1,147 @@
+package randflake
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// The constructors of a store module (etcdlease, pglease, kubelease, or
+// one of your own) build their BlockStore from their own options and hand
+// it here with the options every store-backed source shares, so that the
+// fleet secret is checked, and the lease engine set up, in one place.
+
+// StoreSourceConfig is what a store module's constructor passes to
+// NewStoreSource besides its store: the options every source on a
+// BlockStore shares.
+type StoreSourceConfig struct {
+	// Name names the caller in errors, as its package does ("etcdlease"):
+	// an error of NewStoreSource reads "etcdlease: …" (empty:
+	// "randflake").
+	Name string
+	// Secret is the fleet's 16-byte secret (the caller's Config.Secret),
+	// the same as the generators'. Records and the marker are signed
+	// under a key derived from it. No error shows it.
+	Secret []byte
+	// Layout divides the fleet's node IDs into blocks: the store's.
+	Layout BlockLayout
+	// Blocks is the number of consecutive blocks a claim takes (0: 1).
+	Blocks int64
+	// Horizon is the fleet's bound on promises (see
+	// BlockSourceConfig.Horizon): the caller's default if it has one.
+	Horizon time.Duration
+	// Logger receives the lease engine's events. Nil logs nothing.
+	Logger *slog.Logger
+	// Close, if not nil, releases what the caller opened for the store
+	// (pglease: a connection pool it opened from a DSN). NewStoreSource
+	// calls it when it fails, and only then.
+	Close func()
+}
+
+// NewStoreSource returns the lease engine on store, a store module's
+// source: it checks the secret (CheckStoreSecret) and makes the
+// BlockSource. Its errors begin with cfg.Name; when it fails it calls
+// cfg.Close.
+func NewStoreSource(store BlockStore, cfg StoreSourceConfig) (*BlockSource, error) {
+	if err := CheckStoreSecret(cfg.Name, cfg.Secret); err != nil {
+		closeStore(cfg.Close)
+		return nil, err
+	}
+	bs, err := NewBlockSource(store, BlockSourceConfig{
+		Secret:  cfg.Secret,
+		Layout:  cfg.Layout,
+		Blocks:  cfg.Blocks,
+		Horizon: cfg.Horizon,
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		closeStore(cfg.Close)
+		return nil, fmt.Errorf("%s: %w", callerName(cfg.Name), err)
+	}
+	return bs, nil
+}
+
+// StoreLeasedConfig is what a store module's NewLeased passes to
+// NewStoreLeased besides its source.
+type StoreLeasedConfig struct {
+	// Name names the caller in errors ("etcdlease").
+	Name string
+	// Secret is the fleet's 16-byte secret: the generator's, and the one
+	// the source signs its records with.
+	Secret []byte
+	// Shards, OnError and Logger are those of LeasedConfig.
+	Shards  int
+	OnError func(error)
+	Logger  *slog.Logger
+	// Close, if not nil, releases the source's resources (pglease: the
+	// pool it opened from a DSN). NewStoreLeased calls it when it fails,
+	// and only then: on success they stay open for the generator's life.
+	Close func()
+}
+
+// NewStoreLeased returns a generator on node IDs leased from src, a store
+// module's source, under cfg.Secret (checked as NewStoreSource checks it).
+// It waits for the first lease as NewLeased does; when it fails it calls
+// cfg.Close.
+func NewStoreLeased(ctx context.Context, src LeaseSource, cfg StoreLeasedConfig) (*Leased, error) {
+	if err := CheckStoreSecret(cfg.Name, cfg.Secret); err != nil {
+		closeStore(cfg.Close)
+		return nil, err
+	}
+	g, err := NewLeased(ctx, LeasedConfig{
+		Secret:  cfg.Secret,
+		Source:  src,
+		Shards:  cfg.Shards,
+		OnError: cfg.OnError,
+		Logger:  cfg.Logger,
+	})
+	if err != nil {
+		closeStore(cfg.Close)
+		return nil, err
+	}
+	return g, nil
+}
+
+// CheckStoreSecret reports whether secret is a fleet secret: 16 bytes.
+// The error, which wraps ErrInvalidSecret, begins with name (the caller's
+// package, "etcdlease") and says the length, never the secret.
+// NewStoreSource and NewStoreLeased call it; a store module calls it
+// itself only to refuse a secret before anything else.
+func CheckStoreSecret(name string, secret []byte) error {
+	if len(secret) == 16 {
+		return nil
+	}
+	return &storeSecretError{name: callerName(name), n: len(secret)}
+}
+
+// callerName returns the name errors begin with.
+func callerName(name string) string {
+	if name == "" {
+		return "randflake"
+	}
+	return name
+}
+
+// storeSecretError is a fleet secret of the wrong length.
+type storeSecretError struct {
+	name string // the caller
+	n    int    // the secret's length
+}
+
+func (e *storeSecretError) Error() string {
+	got := "is empty"
+	if e.n > 0 {
+		got = fmt.Sprintf("is %d bytes", e.n)
+	}
+	return fmt.Sprintf("%s: Config.Secret %s: want the fleet's 16-byte secret, which signs the records in the store", e.name, got)
+}
+
+// Is reports that the error is an ErrInvalidSecret.
+func (e *storeSecretError) Is(target error) bool { return target == ErrInvalidSecret }
+
+func closeStore(f func()) {
+	if f != nil {
+		f()
+	}
+}
