@@ -428,6 +428,26 @@ func (s *BlockSource) Acquire(ctx context.Context) (Lease, error) {
 	if !s.info.Durable {
 		return s.acquireVolatile(ctx)
 	}
+	// A claim lost while it waited for its start (its store claim lapsed
+	// on a slow machine or store, or the history was found lost) issued
+	// nothing: claim again, a few times, as the caller would.
+	for try := 1; ; try++ {
+		l, waited, err := s.acquireOnce(ctx)
+		if err == nil || !waited || !errors.Is(err, ErrLeaseLost) || try == maxWaitingLosses || ctx.Err() != nil {
+			return l, err
+		}
+		s.logWarn("randflake: the claim was lost while it waited for its start, before any ID: claiming again",
+			"store", s.info.Name, "try", try, "err", err)
+	}
+}
+
+// maxWaitingLosses is how many claims in a row Acquire makes when each is
+// lost while it waits for its start.
+const maxWaitingLosses = 4
+
+// acquireOnce makes one claim and waits for its start; waited reports
+// that the claim was made and the error came while it waited.
+func (s *BlockSource) acquireOnce(ctx context.Context) (_ Lease, waited bool, _ error) {
 	var (
 		c       *heldClaim
 		refused int
@@ -442,24 +462,24 @@ func (s *BlockSource) Acquire(ctx context.Context) (Lease, error) {
 	if errors.Is(err, ErrBlockHeld) || errors.Is(err, ErrStoreConflict) {
 		// Every try lost its block to another claimant: as busy as a
 		// store with no free block, for the caller.
-		return Lease{}, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s: other processes took every block this one tried): %w",
+		return Lease{}, false, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s: other processes took every block this one tried): %w",
 			ErrNoFreeNodes, s.blocks*s.layout.Size, s.layout.FirstNode, s.layout.LastNode, s.info.Name, err)
 	}
 	if err != nil {
-		return Lease{}, err
+		return Lease{}, false, err
 	}
 	if c == nil {
 		if refused > 0 {
-			return Lease{}, fmt.Errorf("%w: %s: %d free runs of node IDs were used at times ahead of this clock; it may have stepped back", ErrClockBehind, s.info.Name, refused)
+			return Lease{}, false, fmt.Errorf("%w: %s: %d free runs of node IDs were used at times ahead of this clock; it may have stepped back", ErrClockBehind, s.info.Name, refused)
 		}
-		return Lease{}, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s)", ErrNoFreeNodes, s.blocks*s.layout.Size, s.layout.FirstNode, s.layout.LastNode, s.info.Name)
+		return Lease{}, false, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s)", ErrNoFreeNodes, s.blocks*s.layout.Size, s.layout.FirstNode, s.layout.LastNode, s.info.Name)
 	}
 	if err := s.waitAndPromise(ctx, c); err != nil {
 		s.abandon(c)
-		return Lease{}, err
+		return Lease{}, true, err
 	}
 	s.held = c
-	return c.lease, nil
+	return c.lease, false, nil
 }
 
 // claim runs the claiming step: assess the store, choose a run, claim it,

@@ -395,6 +395,8 @@ func TestBlockSourceGoesBackUnderHolder(t *testing.T) {
 					l = renewFor(t, ctx, src, l, 100*time.Millisecond)
 				}
 			}
+			// The holder sees the position the other process left.
+			l = renewFor(t, ctx, src, l, 200*time.Millisecond)
 			from := time.Now().Unix() // the history is unknown from the fault on
 			c.fault(b, saved)
 			_, err = src.Renew(ctx, l)

@@ -92,3 +92,14 @@ func keyCount(t testing.TB, cli *clientv3.Client, prefix string) int64 {
 	}
 	return resp.Count
 }
+
+// takeoverOf returns the seconds every claim on cfg waits after it, when
+// no record asks for longer (rule 14 of docs/leases.md).
+func takeoverOf(t *testing.T, cfg Config) int64 {
+	t.Helper()
+	st, err := NewStore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(randflake.TakeoverWait(st.Info()) / time.Second)
+}

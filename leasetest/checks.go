@@ -35,8 +35,10 @@ func clockAhead(e *env) {
 	if lb.FirstNode <= la.LastNode && la.FirstNode <= lb.LastNode {
 		t.Errorf("the true-clock holder got %v, the node IDs the hour-ahead holder used up to second %d", lb, spa.Last)
 	}
-	if lb.Start > from+e.takeover+1 {
-		t.Errorf("the true-clock holder's lease %v starts %d s after its claim, more than a takeover's %d s: the hour-ahead holder's blocks cost it a wait", lb, lb.Start-from, e.takeover)
+	// Their cost would be an hour; a takeover's wait (rule 14), however
+	// slowly the claim ran, is minutes less.
+	if lb.Start > from+e.takeover+600 || e.logged(b.name, unknownHistory) {
+		t.Errorf("the true-clock holder's lease %v starts %d s after its claim (a takeover waits %d s): the hour-ahead holder's blocks cost it a wait", lb, lb.Start-from, e.takeover)
 	}
 
 	// Processes an hour ahead claim every other free run, and release.
@@ -227,11 +229,10 @@ func rangeChecks(e *env) {
 		if err := ps[i].lease(); err != nil {
 			t.Fatalf("claim %d of %d after the impossible records were waited out: %v", i+1, e.runs, err)
 		}
-		// Waited out again, a lease would start a promise or more after
-		// its claim; at once, by the second after the claim began,
-		// however slowly the machine ran it.
-		if l := ps[i].g.Lease(); l.Start > from+e.takeover+1 {
-			t.Errorf("claim %d of %d after the impossible records had been waited out once got %v, %d s after its claim, more than a takeover's %d s: they were waited out again", i+1, e.runs, l, l.Start-from, e.takeover)
+		// Waited out again, the claim would find the history unknown
+		// (its wait, a promise, is no longer than a takeover's here).
+		if l := ps[i].g.Lease(); e.logged(ps[i].name, unknownHistory) {
+			t.Errorf("claim %d of %d after the impossible records had been waited out once got %v, %d s after its claim, on history found unknown: they were waited out again", i+1, e.runs, l, l.Start-from)
 		}
 	}
 	all := time.Since(began)

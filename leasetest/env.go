@@ -34,6 +34,7 @@ type env struct {
 	check    *Checker
 	sign     signer
 	log      *slog.Logger
+	logw     *testWriter
 
 	mu sync.Mutex
 	n  int // processes opened
@@ -45,7 +46,8 @@ func newEnv(t *testing.T, h Harness) *env {
 		t.Fatal("leasetest: Harness.New returned no Store, or a Store without Open")
 	}
 	e := &env{t: t, h: h, s: s, runs: h.Layout.Count() / h.Blocks, check: NewChecker(t, Secret()), sign: newSigner(Secret())}
-	e.log = slog.New(slog.NewTextHandler(newTestWriter(t), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	e.logw = newTestWriter(t)
+	e.log = slog.New(slog.NewTextHandler(e.logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	e.info = e.open(Process{Name: "probe"}).Info()
 	if e.info.Promise <= 0 || !e.info.Durable {
 		t.Fatalf("leasetest: %s: the suite checks durable stores with a positive promise, not %+v", e.info.Name, e.info)
@@ -62,11 +64,13 @@ func (e *env) limit() time.Duration { return sinceStart.Stretch(e.budget) }
 
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
-// testWriter writes log lines to the test's log until the test ends.
+// testWriter writes log lines to the test's log until the test ends, and
+// keeps them for logged.
 type testWriter struct {
-	mu   sync.Mutex
-	t    *testing.T
-	done bool
+	mu    sync.Mutex
+	t     *testing.T
+	done  bool
+	lines []string
 }
 
 func newTestWriter(t *testing.T) *testWriter {
@@ -83,10 +87,29 @@ func newTestWriter(t *testing.T) *testWriter {
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	line := strings.TrimSuffix(string(p), "\n")
+	w.lines = append(w.lines, line)
 	if !w.done {
-		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+		w.t.Log(line)
 	}
 	return len(p), nil
+}
+
+// unknownHistory is what the engine logs when it finds the history
+// unknown (and makes a claim wait it out).
+const unknownHistory = "the history of the node IDs is unknown"
+
+// logged reports whether process logged a line holding text.
+func (e *env) logged(process, text string) bool {
+	w := e.logw
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range w.lines {
+		if strings.Contains(l, "process="+process+" ") && strings.Contains(l, text) {
+			return true
+		}
+	}
+	return false
 }
 
 // need skips the subtest if a hook it needs is missing.

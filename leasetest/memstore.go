@@ -406,13 +406,22 @@ func (b *MemBackend) Save() *MemSnapshot {
 
 // Restore puts a copy back under the same identity, as a backup restored
 // in place: claims (with the times they lapse at), records, marker and
-// position as they were. The position goes back, which a running holder
+// position as they were, except that a live claim that never lapses (a
+// lock) stays its holder's. The position goes back, which a running holder
 // that saw a higher one notices; nothing else tells.
 func (b *MemBackend) Restore(sn *MemSnapshot) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.marker, b.fresh, b.position = clone(sn.marker), sn.fresh, sn.position
+	live := b.claims
 	b.claims = maps.Clone(sn.claims)
+	// A claim that never lapses is a lock its process holds (a file
+	// lock): a copy of the files cannot take it from a live process.
+	for f, h := range live {
+		if h.expires.IsZero() && h.live(time.Time{}) {
+			b.claims[f] = h
+		}
+	}
 	b.records = map[int64][]byte{}
 	for f, r := range sn.records {
 		b.records[f] = clone(r)

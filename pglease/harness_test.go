@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,3 +170,32 @@ func openStore(t testing.TB, cfg Config) *store {
 
 // checker returns a duplicate checker for the tests' IDs.
 func checker(t *testing.T) *leasetest.Checker { return leasetest.NewChecker(t, testSecret) }
+
+// takeoverOf returns the seconds every claim on cfg waits after it, when
+// no record asks for longer (rule 14 of docs/leases.md).
+func takeoverOf(t *testing.T, cfg Config) int64 {
+	t.Helper()
+	st, err := newStore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(randflake.TakeoverWait(st.Info()) / time.Second)
+}
+
+// lockedLog is a log destination safe for the generators' goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
