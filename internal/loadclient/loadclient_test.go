@@ -198,8 +198,9 @@ func TestRunRate(t *testing.T) {
 // an answer, or reading one, at the largest concurrency and with batches
 // of 1,048,576 IDs, counted and verified. The requests in flight then are
 // cancelled (their context ends: the service sees them go), the run waits
-// for them (none is in flight when it reports, and no request comes
-// after), and its counts agree with what the service saw.
+// for them (none is in flight when it reports, and the service gets no
+// request the run did not count), and its counts agree with what the
+// service saw.
 func TestRunEndsAtDeadline(t *testing.T) {
 	for _, c := range []struct {
 		name        string
@@ -261,11 +262,18 @@ func TestRunEndsAtDeadline(t *testing.T) {
 					t.Fatalf("%s: the service still serves %d of the run's requests %v after it reported (deadlines stretched %.1f× by this process's slowdown)", what, s.active.Load(), limit, slowdown.Factor())
 				}
 			}
-			if got, want := cancelled.Load(), max(returned-5, 0); got != want {
+			// A request the run sent before its deadline may reach the
+			// service's handler only after the run reported, on a loaded
+			// machine; every request the service got is one the run
+			// counted, completed or cancelled, and every hanging one saw
+			// its client go.
+			n := s.calls.Load()
+			if got, want := cancelled.Load(), max(n-5, 0); got != want {
 				t.Errorf("%s: %d hanging requests saw their context end, want %d", what, got, want)
 			}
-			if n := s.calls.Load(); n != returned {
-				t.Errorf("%s: %d requests came after the run reported", what, n-returned)
+			if n > int64(rep.Requests+rep.Cancelled) {
+				t.Errorf("%s: the service got %d requests, %d after the run reported; the run counts only %d completed and %d cancelled: it sent requests it did not count",
+					what, n, n-returned, rep.Requests, rep.Cancelled)
 			}
 			t.Logf("%s: %d requests completed, %d cancelled at the deadline, reported %v after the start (%v)", what, rep.Requests, rep.Cancelled, rep.Elapsed.Round(time.Millisecond), err)
 		}
