@@ -99,6 +99,26 @@ func (w *testWriter) Write(p []byte) (int, error) {
 // unknown (and makes a claim wait it out).
 const unknownHistory = "the history of the node IDs is unknown"
 
+// waitingMsg is what the engine logs when a claim waits for its start.
+const waitingMsg = "waiting for the previous holder's last second to pass"
+
+// loggedAt returns the time of process's first log line holding text.
+func (e *env) loggedAt(process, text string) (time.Time, bool) {
+	w := e.logw
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range w.lines {
+		if !strings.Contains(l, "process="+process+" ") || !strings.Contains(l, text) {
+			continue
+		}
+		v, _, _ := strings.Cut(strings.TrimPrefix(l, "time="), " ")
+		if at, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
 // logged reports whether process logged a line holding text.
 func (e *env) logged(process, text string) bool {
 	w := e.logw
