@@ -144,9 +144,14 @@ func TestServeKubernetesScaling(t *testing.T) {
 	f := newKubeFleet(t)
 	args := f.args(f.kubeconfig, 16384) // 8 blocks
 	p := &pods{running: map[string]*serveProcess{}}
+	// start starts the pods at once and waits until each serves (each
+	// claim waits its takeover: side by side, not one after another).
 	start := func(names ...string) {
 		for _, n := range names {
-			p.running[n] = startPod(t, n, args)
+			p.running[n] = spawnServe(t, kubePodEnv(n), args...)
+		}
+		for _, n := range names {
+			waitServing(t, p.running[n])
 		}
 	}
 	stopPods := func(names ...string) {

@@ -352,7 +352,14 @@ func startServe(t *testing.T, args ...string) *serveProcess {
 // /readyz with 200.
 func startServeEnv(t *testing.T, env []string, args ...string) *serveProcess {
 	t.Helper()
-	p := spawnServe(t, env, args...)
+	return waitServing(t, spawnServe(t, env, args...))
+}
+
+// waitServing waits until the serve process p, just spawned, logs its
+// address and answers /readyz, within startupTimeout (stretched by the
+// slowdown), and returns it; otherwise it fails the test with the log.
+func waitServing(t *testing.T, p *serveProcess) *serveProcess {
+	t.Helper()
 	limit := within(startupTimeout)
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
