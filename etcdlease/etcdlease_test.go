@@ -296,17 +296,17 @@ func TestClaimReleaseCycles(t *testing.T) {
 	_, cli := startEtcd(t)
 	cfg := testConfig(cli, "/cycles/", 31, "")
 	// Each claim waits a takeover's time (rule 14): a few cycles each.
-	const workers, cycles = 4, 8
+	const workers, cycles = 4, 4
 	refusals := leasetest.ClaimReleaseCycles(t, leasetest.Cycles{
 		Workers: workers, Cycles: cycles,
 		Source: func(w int) (randflake.LeaseSource, error) { return New(withHolder(cfg, fmt.Sprintf("worker %d", w))) },
 		// Every block held, or the block chosen taken by another worker
 		// in each of the engine's tries: try again.
 		Refused: func(err error) bool { return errors.Is(err, ErrNoFreeNodes) || errors.Is(err, randflake.ErrBlockHeld) },
-		// Most cycles use nothing; every 4th uses its second, so that
+		// Half the cycles use nothing; every 2nd uses its second, so that
 		// the next claim of the block starts after it.
 		Last: func(i int, l randflake.Lease) int64 {
-			if i%4 == 3 {
+			if i%2 == 1 {
 				return max(time.Now().Unix(), l.Start)
 			}
 			return l.Start - 1

@@ -17,13 +17,16 @@ import (
 )
 
 // The conformance suite of the lease engine, on PostgreSQL: every subtest
-// gets a table of its own on the shared server, and every handle a
-// connection pool of its own, as a process would.
+// gets a table of its own on the shared server (a rollback, a replica of
+// its own), and every handle a connection pool of its own, as a process
+// would. The subtests run side by side: each mostly waits for seconds to
+// pass, now that every claim waits a takeover.
 func TestConformance(t *testing.T) {
 	srv := server(t)
 	leasetest.Run(t, leasetest.Harness{
-		Layout: conformanceLayout,
-		New:    func(t *testing.T) *leasetest.Store { return newConformanceStore(t, srv).hooks() },
+		Layout:   conformanceLayout,
+		New:      func(t *testing.T) *leasetest.Store { return newConformanceStore(t, srv).hooks() },
+		Parallel: true,
 	})
 }
 
