@@ -331,6 +331,16 @@ type logged struct {
 	seq   int
 }
 
+// logLines counts the complete lines of the access log.
+func logLines(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("\n"))
+}
+
 func readAccessLog(t *testing.T, path string) []logged {
 	t.Helper()
 	f, err := os.Open(path)
@@ -399,6 +409,16 @@ func TestApacheInterop(t *testing.T) {
 		n += batch
 		// Stop once several children have served requests.
 		if pids := childrenInLog(t, s.accessLog); pids >= 3 || (round >= 2 && pids >= 2) {
+			break
+		}
+	}
+	// httpd logs a request after it has answered it: wait until every
+	// answered request is logged (a stop kills the children at once, and
+	// one that had answered but not logged yet would lose its line).
+	logWait := slowdown.Start()
+	for start := time.Now(); logLines(t, s.accessLog) < n; time.Sleep(20 * time.Millisecond) {
+		if limit := logWait.Stretch(10 * time.Second); time.Since(start) > limit {
+			t.Errorf("the access log has %d lines for %d answered requests after %v (%s)", logLines(t, s.accessLog), n, limit, logWait)
 			break
 		}
 	}
