@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,14 +126,14 @@ func TestPendingStepWrittenOut(t *testing.T) {
 	// found lost would be waited out for the horizon and the clock
 	// allowances.
 	cfg2 := testConfig(cli, ns, 63, "second")
-	var logs lockedLog
+	var logs leasetest.LogBuffer
 	cfg2.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	began := time.Now()
 	g2 := newLeased(t, cfg2)
 	if strings.Contains(logs.String(), "history of the node IDs is unknown") {
 		t.Errorf("the claim after a pending step found the history lost:\n%s", logs.String())
 	}
-	if l2, takeover := g2.Lease(), int64(randflake.TakeoverWait(mustInfo(t, cfg2))/time.Second); l2.Start > began.Unix()+takeover+1 {
+	if l2, takeover := g2.Lease(), takeoverOf(t, cfg2); l2.Start > began.Unix()+takeover+1 {
 		t.Errorf("the claim after a pending step got %v, starting %d s after its claim at second %d, more than a takeover's %d s: the history was lost and waited out",
 			l2, l2.Start-began.Unix(), began.Unix(), takeover)
 	}
@@ -180,30 +179,13 @@ func (f *failAfterCommit) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// lockedLog is a log destination safe for the generator's goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// mustInfo returns the StoreInfo of a store on cfg.
-func mustInfo(t *testing.T, cfg Config) randflake.StoreInfo {
+// takeoverOf returns the seconds every claim on cfg waits after it, when
+// no record asks for longer (rule 14 of docs/leases.md).
+func takeoverOf(t *testing.T, cfg Config) int64 {
 	t.Helper()
 	st, err := NewStore(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Info()
+	return int64(randflake.TakeoverWait(st.Info()) / time.Second)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,22 +178,4 @@ func takeoverOf(t *testing.T, cfg Config) int64 {
 		t.Fatal(err)
 	}
 	return int64(randflake.TakeoverWait(st.Info()) / time.Second)
-}
-
-// lockedLog is a log destination safe for the generators' goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

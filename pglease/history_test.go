@@ -232,7 +232,7 @@ func TestColdCopyNeedsResetHistory(t *testing.T) {
 	r.saved.restore(t, r.pool)
 	ctx := context.Background()
 	killed := checker(t).Add("the killed holder", r.holder.IDs(), r.holder.Leases()...)
-	var logs lockedLog
+	var logs leasetest.LogBuffer
 	cfg := r.cfg
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	probe, err := New(cfg)
