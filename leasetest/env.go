@@ -307,12 +307,13 @@ func (p *proc) stop() Span {
 // close closes an idle process's generator, releasing its lease.
 //
 // A release that finds the claim gone fails the test, unless the lease
-// the generator held had already ended when the close began: then its
-// renewals did not reach the store in time (a loaded machine starves the
-// store or the process for seconds), the store let the claim lapse as it
-// should, and the generator, which stops at the lease's end, issued
-// nothing after it (the IDs' checks see to that). A claim gone while the
-// lease still ran would let another holder in early: that fails.
+// the generator held had ended by the time the release returned: then
+// its renewals or the release itself did not reach the store in time (a
+// loaded machine starves the store or the process for seconds), the
+// store let the claim lapse as it should, and the generator, which stops
+// at the lease's end, issued nothing after it (the IDs' checks see to
+// that). A claim gone while the lease still ran would let another holder
+// in early: that fails.
 func (p *proc) close() {
 	p.e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(5*time.Second))
@@ -323,12 +324,13 @@ func (p *proc) close() {
 	if err == nil {
 		return
 	}
-	if errors.Is(err, randflake.ErrLeaseLost) && began.Unix() > held.End {
-		p.e.t.Logf("%s: Close: %v: its lease %v had ended before the close began at %s, its renewals late (errors reported: %v); the store let the claim lapse",
-			p.name, err, held, began.Format("15:04:05.000"), p.errors())
+	ended := p.now()
+	if errors.Is(err, randflake.ErrLeaseLost) && ended.Unix() > held.End {
+		p.e.t.Logf("%s: Close from %s to %s: %v: the lease it held, %v, had ended by then, its renewals late (errors reported: %v); the store let the claim lapse",
+			p.name, began.Format("15:04:05.000"), ended.Format("15:04:05.000"), err, held, p.errors())
 		return
 	}
-	p.e.t.Errorf("%s: Close: %v (the lease it held, %v, had not ended when the close began at %s)", p.name, err, held, began.Format("15:04:05.000"))
+	p.e.t.Errorf("%s: Close from %s to %s: %v (the lease it held, %v, had not ended)", p.name, began.Format("15:04:05.000"), ended.Format("15:04:05.000"), err, held)
 }
 
 // kill stops the load and kills the process's handle as a crash would,
