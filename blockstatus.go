@@ -22,6 +22,11 @@ type FleetStatus struct {
 	// Promise is how far ahead this process's holders would promise, and
 	// Wait how long a claim on unknown history waits, as configured here.
 	Promise, Wait time.Duration
+	// Takeover is how long after a claim made now its lease would start
+	// at the earliest (rule 14: the longest detection bound of this
+	// process and the marker, plus the clock skew); zero on a store whose
+	// claims do not lapse, or a fresh one.
+	Takeover time.Duration
 	// Marker is the fleet marker.
 	Marker MarkerStatus
 	// Blocks are the fleet's blocks, in order.
@@ -47,6 +52,9 @@ type MarkerStatus struct {
 	Identity string
 	Horizon  int64
 	Unknown  int64
+	// Detect is the longest detection bound it recorded (seconds): how
+	// long a holder of the fleet issues after its last check (rule 14).
+	Detect int64
 	// DigestOK reports whether the records read match the marker's
 	// digest.
 	DigestOK bool
@@ -72,7 +80,8 @@ type BlockStatus struct {
 	// writer's clock when it was written; 0 without a valid record.
 	Until, At int64
 	// Free is the first second a claim read now could use it from: after
-	// its record and the marker's unknown second (0 while it is held).
+	// its record, the marker's unknown second and the takeover wait (0
+	// while it is held).
 	Free int64
 }
 
@@ -84,6 +93,8 @@ var errStatusRead = errors.New("randflake: status read (nothing written)")
 // writing anything: the step's function always fails, so that the store
 // applies no change.
 func (s *BlockSource) Status(ctx context.Context) (FleetStatus, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	st := FleetStatus{Store: s.info.Name, Promise: s.info.Promise, Wait: time.Duration(s.wait) * time.Second}
 	if !s.info.Durable {
 		return st, fmt.Errorf("randflake: %s records nothing: there is no status to read", s.info.Name)
@@ -141,7 +152,7 @@ func (s *BlockSource) describe(v *StoreView, now time.Time) FleetStatus {
 			mk.State, mk.Problem = "edited", fmt.Sprintf("the fleet marker %v", err)
 		default:
 			mk.State, mk.FleetKeyID = "ok", mk.OwnKeyID
-			mk.Identity, mk.Horizon, mk.Unknown = m.id, m.horizon, m.unknown
+			mk.Identity, mk.Horizon, mk.Unknown, mk.Detect = m.id, m.horizon, m.unknown, m.detect
 			mk.DigestOK = m.digest == digest
 			switch {
 			case m.layout != s.layout:
@@ -161,6 +172,19 @@ func (s *BlockSource) describe(v *StoreView, now time.Time) FleetStatus {
 		// wait.
 		unknown = max(unknown, now.Unix()+s.wait)
 	}
+	// Rule 14, as a claim would apply it (claim): the detection bound of
+	// this process, of markers read before and of a valid marker now.
+	var takeover int64
+	if !(v.Marker == nil && v.Fresh) {
+		d := max(s.detect, s.detectSeen)
+		if mk.State == "ok" {
+			d = max(d, m.detect)
+		}
+		if d > 0 {
+			takeover = d + ceilSeconds(s.info.MaxClockSkew)
+		}
+	}
+	st.Takeover = time.Duration(takeover) * time.Second
 	for _, b := range v.Blocks {
 		bs := BlockStatus{First: b.First, Last: b.Last, Held: b.Held, Holder: b.Holder}
 		r, ok := records[b.First]
@@ -179,6 +203,9 @@ func (s *BlockSource) describe(v *StoreView, now time.Time) FleetStatus {
 		}
 		if !b.Held {
 			bs.Free = max(unknown, bs.Until) + 1
+			if takeover > 0 {
+				bs.Free = max(bs.Free, now.Unix()+takeover+1)
+			}
 		}
 		st.Blocks = append(st.Blocks, bs)
 	}

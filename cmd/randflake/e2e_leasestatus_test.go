@@ -15,12 +15,15 @@ import (
 
 // leaseStatus is lease status --format json, decoded.
 type leaseStatus struct {
-	Store  string `json:"store"`
-	Marker struct {
+	Store    string    `json:"store"`
+	Read     time.Time `json:"read"`
+	Takeover float64   `json:"takeover_wait_seconds"`
+	Marker   struct {
 		State      string `json:"state"`
 		FleetKeyID string `json:"fleet_key_id"`
 		OwnKeyID   string `json:"own_key_id"`
 		Horizon    int64  `json:"horizon_seconds"`
+		Detect     int64  `json:"detection_bound_seconds"`
 		DigestOK   bool   `json:"digest_ok"`
 	} `json:"marker"`
 	Blocks []struct {
@@ -29,6 +32,7 @@ type leaseStatus struct {
 		Held   bool   `json:"held"`
 		Record string `json:"record"`
 		Until  int64  `json:"until"`
+		Free   int64  `json:"free_from"`
 	} `json:"blocks"`
 }
 
@@ -132,16 +136,28 @@ func TestLeaseStatusEtcd(t *testing.T) {
 	fetch(t, p, 10)
 	st := statusJSONOf(t, secretEnv, args...)
 	held := 0
+	// A claim now waits the takeover (rule 14): etcd's claims lapse.
+	if st.Takeover <= 0 || st.Marker.Detect <= 0 {
+		t.Errorf("lease status on etcd: takeover wait %vs, the marker's detection bound %ds; want both above 0", st.Takeover, st.Marker.Detect)
+	}
+	earliest := st.Read.Unix() + int64(st.Takeover) + 1
 	for _, b := range st.Blocks {
 		if b.Held {
 			held++
 			if b.Record != "ok" || b.Until == 0 {
 				t.Errorf("the held block %+v: want its record ok, with its promise", b)
 			}
+		} else if b.Free < earliest {
+			t.Errorf("the free block %+v: free from %d, before the takeover wait of %vs from the read at %d", b, b.Free, st.Takeover, st.Read.Unix())
 		}
 	}
 	if held != 1 || st.Marker.State != "ok" || st.Marker.FleetKeyID != st.Marker.OwnKeyID || !strings.HasPrefix(st.Store, "etcd ") {
 		t.Errorf("lease status on etcd with one serve: %d blocks held, marker %+v, store %q; want 1, ok, this fleet's", held, st.Marker, st.Store)
+	}
+	if text := runBinary(t, "", secretEnv, append([]string{"lease", "status"}, args...)...); text.code != 0 || !strings.Contains(text.stdout, "a takeover ") {
+		t.Errorf("lease status on etcd (text): exit %d, no takeover wait in\n%s%s", text.code, text.stdout, text.stderr)
+	} else {
+		t.Logf("lease status on etcd with one serve:\n%s", text.stdout)
 	}
 	other := []string{"RANDFLAKE_SECRET=" + strings.Repeat("ab", 16), "RANDFLAKE_SECRET_FILE=", "RANDFLAKE_STATE_DIR=" + t.TempDir()}
 	st2 := statusJSONOf(t, other, args...)

@@ -140,7 +140,7 @@ func writeStatusText(w io.Writer, st randflake.FleetStatus) {
 		clock += ", the store has no clock to compare"
 	}
 	fmt.Fprintf(w, "clock:    %s\n", clock)
-	fmt.Fprintf(w, "promise:  %v ahead; a claim on unknown history waits %v (this process's configuration)\n", st.Promise, st.Wait)
+	fmt.Fprintf(w, "promise:  %v ahead; a claim on unknown history waits %v, a takeover %v (this process's configuration)\n", st.Promise, st.Wait, st.Takeover)
 	m := st.Marker
 	fmt.Fprintf(w, "marker:   %s", m.State)
 	if m.State == "ok" {
@@ -148,7 +148,7 @@ func writeStatusText(w io.Writer, st randflake.FleetStatus) {
 		if !m.DigestOK {
 			digest = "records do NOT match"
 		}
-		fmt.Fprintf(w, ", fleet key ID %s, identity %q, horizon %ds, history unknown until %s, %s", m.FleetKeyID, m.Identity, m.Horizon, second(m.Unknown, st.Read), digest)
+		fmt.Fprintf(w, ", fleet key ID %s, identity %q, horizon %ds, detection bound %ds, history unknown until %s, %s", m.FleetKeyID, m.Identity, m.Horizon, m.Detect, second(m.Unknown, st.Read), digest)
 	} else if m.FleetKeyID != "" {
 		fmt.Fprintf(w, ", fleet key ID %s (this process's: %s)", m.FleetKeyID, m.OwnKeyID)
 	}
@@ -222,6 +222,7 @@ type statusJSON struct {
 	ClockAhead *float64          `json:"clock_ahead_seconds,omitempty"`
 	Promise    float64           `json:"promise_seconds"`
 	Wait       float64           `json:"unknown_history_wait_seconds"`
+	Takeover   float64           `json:"takeover_wait_seconds"`
 	Marker     markerStatusJSON  `json:"marker"`
 	Blocks     []blockStatusJSON `json:"blocks"`
 }
@@ -233,6 +234,7 @@ type markerStatusJSON struct {
 	OwnKeyID   string `json:"own_key_id"`
 	Identity   string `json:"identity,omitempty"`
 	Horizon    int64  `json:"horizon_seconds"`
+	Detect     int64  `json:"detection_bound_seconds"`
 	Unknown    int64  `json:"unknown_until"`
 	DigestOK   bool   `json:"digest_ok"`
 }
@@ -252,9 +254,9 @@ type blockStatusJSON struct {
 func writeStatusJSON(w io.Writer, st randflake.FleetStatus) error {
 	m := st.Marker
 	out := statusJSON{Store: st.Store, Identity: st.Identity.ID, Position: st.Identity.Position, Read: st.Read.UTC(),
-		Promise: st.Promise.Seconds(), Wait: st.Wait.Seconds(), Blocks: []blockStatusJSON{},
+		Promise: st.Promise.Seconds(), Wait: st.Wait.Seconds(), Takeover: st.Takeover.Seconds(), Blocks: []blockStatusJSON{},
 		Marker: markerStatusJSON{State: m.State, Problem: m.Problem, FleetKeyID: m.FleetKeyID, OwnKeyID: m.OwnKeyID,
-			Identity: m.Identity, Horizon: m.Horizon, Unknown: m.Unknown, DigestOK: m.DigestOK}}
+			Identity: m.Identity, Horizon: m.Horizon, Detect: m.Detect, Unknown: m.Unknown, DigestOK: m.DigestOK}}
 	if !st.StoreClock.IsZero() {
 		sc := st.StoreClock.UTC()
 		ahead := st.Read.Sub(st.StoreClock).Seconds()
