@@ -146,8 +146,19 @@ func detectionBound(info StoreInfo) int64 {
 		return 0
 	}
 	t := time.Unix(Epoch+1_000_000, 999_999_999) // the latest instant of a second
-	return max(info.EndFor(t)-t.Unix()+1, 1)
+	return min(max(info.EndFor(t)-t.Unix()+1, 1), maxDetect)
 }
+
+// maxDetect caps every holder's detection bound, in seconds (rule
+// 14): whatever its TTL, a holder's lease runs at most this long past its
+// last check of its records. It is the one bound every member knows
+// without reading the store, so that one member with a longer TTL can
+// make no takeover wait longer than this (plus the clock bound), and a
+// copy of the store from before that member wrote the marker leaves
+// others waiting at most this much short of its bound. A longer TTL still
+// keeps a claim through a longer store outage; the holder stops issuing
+// this long into it and goes on with the same claim when the store is back.
+const maxDetect = 10
 
 // TakeoverWait returns how long after its claim a lease on a store
 // described by info starts at the earliest, on a store that is not fresh,
@@ -170,7 +181,7 @@ func TakeoverWait(info StoreInfo) time.Duration {
 // block free with an old promise; the holder finds out at its next check
 // and stops within that bound.
 func (s *BlockSource) takeoverWait(a *assessment) int64 {
-	d := max(s.detect, a.marker.detect, s.detectSeen)
+	d := min(max(s.detect, a.marker.detect, s.detectSeen), maxDetect)
 	if d == 0 {
 		return 0
 	}
@@ -193,7 +204,12 @@ func (s *BlockSource) endFor(t0 time.Time, promised int64) int64 {
 	if s.info.EndFor == nil {
 		return promised
 	}
-	return min(s.info.EndFor(t0), promised)
+	end := min(s.info.EndFor(t0), promised)
+	if s.detect > 0 {
+		// Rule 14: at most the detection bound past this check.
+		end = min(end, t0.Unix()+s.detect-1)
+	}
+	return end
 }
 
 func (s *BlockSource) logInfo(msg string, args ...any) {
@@ -306,7 +322,7 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 	}
 	a.marker.id = v.NextID
 	a.marker.horizon = max(a.marker.horizon, ceilSeconds(s.info.Promise), s.horizonSeen)
-	a.marker.detect = max(a.marker.detect, s.detect, s.detectSeen)
+	a.marker.detect = min(max(a.marker.detect, s.detect, s.detectSeen), maxDetect)
 	a.marker.digest = digest
 	a.read = v.Identity
 	return a, nil
@@ -704,7 +720,7 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 			ch := &StoreChanges{Records: map[int64][]byte{}}
 			a.marker = m
 			a.marker.id = v.NextID
-			a.marker.detect = max(m.detect, s.detect, s.detectSeen)
+			a.marker.detect = min(max(m.detect, s.detect, s.detectSeen), maxDetect)
 			s.capUnknown(&a.marker, s.now().Unix(), max(s.wait, s.horizonSeen+ceilSeconds(s.info.MaxClockSkew)))
 			promised = fill(ch, a)
 			ch.Marker = formatMarker(s.key, a.marker)

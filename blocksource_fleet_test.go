@@ -297,3 +297,53 @@ func TestBlockSourceSlowClaimRenewed(t *testing.T) {
 		t.Errorf("a claim in 1 s steps got %v (%v), want a valid lease after %v", l2, err, l1)
 	}
 }
+
+// Rule 14's detection bound is capped: a member with a long TTL renews
+// its lease at most ten seconds past its last check, so that neither its
+// own claims nor any other member's takeovers wait its TTL, and the
+// marker records no longer bound.
+func TestBlockSourceLongTTLDetectionCapped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a takeover (10 s): not in -short")
+	}
+	t.Parallel()
+	b := newBackend(t, unitLayout)
+	long := leasetest.MemOptions{TTL: 10 * time.Minute}
+	holder, h := newSource(t, b, long, 1)
+	takeover := randflake.TakeoverWait(h.Info())
+	if limit := 10*time.Second + h.Info().MaxClockSkew + time.Second; takeover <= 0 || takeover > limit {
+		t.Fatalf("the takeover wait with a 10 min TTL is %v, want above 0 and at most %v (the capped bound plus the clock bound)", takeover, limit)
+	}
+	before := time.Now().Unix()
+	l, err := holder.Acquire(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.End > time.Now().Unix()+9 {
+		t.Errorf("a 10 min TTL's lease %v, claimed from %d, runs past the capped detection bound (10 s)", l, before)
+	}
+	if !strings.Contains(string(b.Marker()), " detect=10 ") {
+		t.Errorf("the marker after a 10 min TTL's claim records %q, want detect=10", b.Marker())
+	}
+	l, err = holder.Renew(ctxFor(t, 10*time.Second), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.End > time.Now().Unix()+9 {
+		t.Errorf("a 10 min TTL's renewed lease %v runs past the capped detection bound (10 s)", l)
+	}
+	if err := holder.Release(ctxFor(t, 10*time.Second), l, l.Start-1); err != nil {
+		t.Fatal(err)
+	}
+	// A newcomer with a short TTL, after the long one: it waits the
+	// capped bound, not the long TTL.
+	newcomer, _ := newSource(t, b, leasetest.MemOptions{TTL: 2 * time.Second}, 1)
+	from := time.Now().Unix()
+	nl, err := newcomer.Acquire(ctxFor(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := int64(takeover / time.Second); nl.Start > from+w+1 {
+		t.Errorf("a newcomer after a 10 min TTL's release got %v from its claim at %d: it waited past the capped takeover of %v", nl, from, takeover)
+	}
+}

@@ -180,7 +180,7 @@ func (s *BlockSource) describe(v *StoreView, now time.Time) FleetStatus {
 		if mk.State == "ok" {
 			d = max(d, m.detect)
 		}
-		if d > 0 {
+		if d = min(d, maxDetect); d > 0 {
 			takeover = d + ceilSeconds(s.info.MaxClockSkew)
 		}
 	}
