@@ -57,9 +57,13 @@ func (cs *conformanceStore) hooks() *leasetest.Store {
 		Addr: cs.server.Addr(),
 		Kill: cs.kill,
 		Wipe: func(t *testing.T) {
-			cs.exec(t, `DELETE FROM `+cs.table+`; UPDATE `+cs.table+`_schema SET marker = NULL`)
+			// The schema row first, as the holders' steps lock it, so
+			// that the wipe cannot deadlock with them.
+			cs.exec(t, `UPDATE `+cs.table+`_schema SET marker = NULL; DELETE FROM `+cs.table)
 		},
-		WipeKeepMarker: func(t *testing.T) { cs.exec(t, `DELETE FROM `+cs.table) },
+		WipeKeepMarker: func(t *testing.T) {
+			cs.exec(t, `SELECT 1 FROM `+cs.table+`_schema FOR UPDATE; DELETE FROM `+cs.table)
+		},
 		ReadRecord: func(t *testing.T, first int64) []byte {
 			return nullBytes(cs.queryText(t, `SELECT record FROM `+cs.table+` WHERE first_node = $1`, first))
 		},

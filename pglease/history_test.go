@@ -103,6 +103,11 @@ func (c *tableCopy) restore(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Running holders' steps lock the schema row first, then their
+		// rows: the same order here, or the two can deadlock.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+c.schema+` FOR UPDATE`); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM `+c.table); err != nil {
 			return err
 		}

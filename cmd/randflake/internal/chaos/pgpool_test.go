@@ -38,7 +38,15 @@ func (p *pgTables) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	return pgx.BeginFunc(ctx, conn, fn)
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// The servers' steps lock the schema row first, then the rows of
+		// the blocks; locking in the same order keeps a wipe under
+		// running servers from deadlocking with them.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+pgSchema+` FOR UPDATE`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 // blockRest claims, with a stand-in row, every block from the pool's end
