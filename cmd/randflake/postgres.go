@@ -111,15 +111,32 @@ func pgHint(err error) string {
 	return ""
 }
 
+// notReachableYet reports whether err says the server cannot be reached
+// yet: a network error, or a PostgreSQL server that refuses connections
+// while it starts up, recovers or shuts down (SQLSTATE 57P03,
+// cannot_connect_now) or that lost the connection (class 08).
+func notReachableYet(err error) bool {
+	var (
+		netErr *net.OpError
+		pgErr  *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &netErr):
+		return true
+	case errors.As(err, &pgErr):
+		return pgErr.Code == "57P03" || strings.HasPrefix(pgErr.Code, "08")
+	}
+	return false
+}
+
 // untilReachable runs op until it succeeds, fails for a reason other than
-// an unreachable server (a network error), or ctx ends. So a process
+// a server not reachable yet (notReachableYet), or ctx ends. So a process
 // started before its database waits for it, as it does for etcd, while a
 // refused password or missing tables end it at once.
 func untilReachable(ctx context.Context, op func() error) error {
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		err := op()
-		var netErr *net.OpError
-		if err == nil || !errors.As(err, &netErr) {
+		if err == nil || !notReachableYet(err) {
 			return err
 		}
 		select {
