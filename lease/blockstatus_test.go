@@ -1,11 +1,11 @@
-package randflake_test
+package lease_test
 
 import (
 	"bytes"
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -21,7 +21,7 @@ func TestBlockSourceStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader, _ := newSource(t, b, opts, 1)
-	status := func(what string) randflake.FleetStatus {
+	status := func(what string) lease.FleetStatus {
 		t.Helper()
 		marker, recs := b.Marker(), records(b)
 		st, err := reader.Status(ctxFor(t, 10*time.Second))
@@ -72,7 +72,7 @@ func TestBlockSourceStatus(t *testing.T) {
 	marker := b.Marker()
 	ob := newBackend(t, unitLayout)
 	oh, _ := ob.Open(opts)
-	theirs, err := randflake.NewBlockSource(oh, randflake.BlockSourceConfig{Secret: otherSecret, Layout: unitLayout})
+	theirs, err := lease.NewBlockSource(oh, lease.BlockSourceConfig{Secret: otherSecret, Layout: unitLayout})
 	if err != nil {
 		t.Fatal(err)
 	}

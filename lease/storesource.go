@@ -1,10 +1,12 @@
-package randflake
+package lease
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 // The constructors of a store module (etcdlease, pglease, kubelease, or
@@ -84,12 +86,12 @@ type StoreLeasedConfig struct {
 // module's source, under cfg.Secret (checked as NewStoreSource checks it).
 // It waits for the first lease as NewLeased does; when it fails it calls
 // cfg.Close.
-func NewStoreLeased(ctx context.Context, src LeaseSource, cfg StoreLeasedConfig) (*Leased, error) {
+func NewStoreLeased(ctx context.Context, src randflake.LeaseSource, cfg StoreLeasedConfig) (*randflake.Leased, error) {
 	if err := CheckStoreSecret(cfg.Name, cfg.Secret); err != nil {
 		closeStore(cfg.Close)
 		return nil, err
 	}
-	g, err := NewLeased(ctx, LeasedConfig{
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
 		Secret:  cfg.Secret,
 		Source:  src,
 		Shards:  cfg.Shards,
@@ -138,7 +140,7 @@ func (e *storeSecretError) Error() string {
 }
 
 // Is reports that the error is an ErrInvalidSecret.
-func (e *storeSecretError) Is(target error) bool { return target == ErrInvalidSecret }
+func (e *storeSecretError) Is(target error) bool { return target == randflake.ErrInvalidSecret }
 
 func closeStore(f func()) {
 	if f != nil {

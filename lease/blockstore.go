@@ -1,10 +1,12 @@
-package randflake
+package lease
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 // A BlockStore keeps the claims on blocks of node IDs and their history:
@@ -198,7 +200,7 @@ type BlockLayout struct {
 
 // Check checks the layout.
 func (b BlockLayout) Check() error {
-	if err := CheckNodeRange(b.FirstNode, b.LastNode); err != nil {
+	if err := randflake.CheckNodeRange(b.FirstNode, b.LastNode); err != nil {
 		return err
 	}
 	if b.Size < 1 || (b.LastNode-b.FirstNode+1)%b.Size != 0 {
