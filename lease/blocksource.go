@@ -41,9 +41,9 @@ type BlockSourceConfig struct {
 	Logger *slog.Logger
 }
 
-// BlockSource is the lease engine: a LeaseSource on any BlockStore, which
-// applies the rules of docs/leases.md ("The rules") in one place. Each rule
-// below is numbered as there.
+// BlockSource is the lease engine: a [randflake.LeaseSource] on any
+// BlockStore, which applies the rules of docs/leases.md ("The rules") in one
+// place. Each rule below is numbered as there.
 //
 // A BlockSource holds at most one lease at a time; use one per generator.
 // It is safe for concurrent use.
@@ -933,7 +933,7 @@ func (s *BlockSource) claimOf(l randflake.Lease) (*heldClaim, error) {
 
 // Renew keeps the claim alive and moves the lease end forward, recording a
 // new promise first when the end would pass the last one (rule 3). A
-// store that went back in time is ErrLeaseLost (rule 8).
+// store that went back in time is [randflake.ErrLeaseLost] (rule 8).
 func (s *BlockSource) Renew(ctx context.Context, l randflake.Lease) (randflake.Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
