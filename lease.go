@@ -150,7 +150,8 @@ func (s StaticSource) Acquire(ctx context.Context) (Lease, error) {
 
 // volatileLease is the lease of rule 10 on first..last for a process whose
 // clock reads now: from the second after now + skew, for as long as Randflake
-// IDs last.
+// IDs last. The lease engine's static store (package lease) gives the same
+// lease with a copy of its own, since this package never imports the engine.
 func volatileLease(first, last, now int64, skew time.Duration) (Lease, error) {
 	l := Lease{FirstNode: first, LastNode: last, Start: now + 1 + ceilSeconds(skew), End: MaxTimestamp}
 	if err := l.Validate(); err != nil {

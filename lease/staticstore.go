@@ -62,7 +62,9 @@ func (s *staticStore) Renew(ctx context.Context, held StoreClaim) (StoreIdentity
 
 // volatileLease is the lease of rule 10 on first..last for a process whose
 // clock reads now: from the second after now + skew, for as long as Randflake
-// IDs last.
+// IDs last. randflake.StaticSource hands out the same lease with its own copy
+// of this function (the root package does not import this one);
+// TestStaticStoreRule10 checks that the two agree.
 func volatileLease(first, last, now int64, skew time.Duration) (randflake.Lease, error) {
 	l := randflake.Lease{FirstNode: first, LastNode: last, Start: now + 1 + ceilSeconds(skew), End: randflake.MaxTimestamp}
 	if err := l.Validate(); err != nil {
