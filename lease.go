@@ -136,8 +136,8 @@ type StaticSource struct {
 }
 
 // Acquire returns a lease on the configured range from the next second
-// (plus MaxClockSkew) to MaxTimestamp: rule 10 of docs/leases.md, as
-// BlockSource applies it to NewStaticStore.
+// (plus MaxClockSkew) to MaxTimestamp: rule 10 of docs/leases.md, as the
+// lease engine (package lease) applies it to its static store.
 func (s StaticSource) Acquire(ctx context.Context) (Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return Lease{}, err
@@ -147,6 +147,21 @@ func (s StaticSource) Acquire(ctx context.Context) (Lease, error) {
 	}
 	return volatileLease(s.FirstNode, s.LastNode, time.Now().Unix(), s.MaxClockSkew)
 }
+
+// volatileLease is the lease of rule 10 on first..last for a process whose
+// clock reads now: from the second after now + skew, for as long as Randflake
+// IDs last. The lease engine's static store (package lease) gives the same
+// lease with a copy of its own, since this package never imports the engine.
+func volatileLease(first, last, now int64, skew time.Duration) (Lease, error) {
+	l := Lease{FirstNode: first, LastNode: last, Start: now + 1 + ceilSeconds(skew), End: MaxTimestamp}
+	if err := l.Validate(); err != nil {
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+// ceilSeconds returns d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // Renew returns l unchanged: a static lease does not end.
 func (s StaticSource) Renew(ctx context.Context, l Lease) (Lease, error) { return l, nil }

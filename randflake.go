@@ -42,9 +42,9 @@
 // (StatefulSetSource derives it from a Kubernetes pod's ordinal); package
 // statedir for the processes of one machine; the nested modules etcdlease,
 // pglease and kubelease for a fleet sharing etcd, PostgreSQL or the
-// Kubernetes API. They all run on one lease engine, BlockSource, over a
-// BlockStore; package leasetest is the conformance suite a new store must
-// pass.
+// Kubernetes API. They all run on one lease engine, package lease's
+// BlockSource over a BlockStore; package leasetest is the conformance suite
+// a new store must pass.
 //
 // # Reading IDs back
 //

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease/etcdtest"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -18,7 +18,7 @@ import (
 // else.
 func TestConformance(t *testing.T) {
 	leasetest.Run(t, leasetest.Harness{
-		Layout:   randflake.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16},
+		Layout:   lease.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16},
 		New:      newConformanceStore,
 		Parallel: true,
 	})
@@ -40,7 +40,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 	srv := etcdtest.New(t)
 	admin := newClient(t, srv.Endpoint())
 	var mu sync.Mutex
-	clients := map[randflake.BlockStore]*clientv3.Client{}
+	clients := map[lease.BlockStore]*clientv3.Client{}
 	ctx := func() context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		t.Cleanup(cancel)
@@ -81,7 +81,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		}
 	}
 	s := &leasetest.Store{Addr: srv.Endpoint()}
-	s.Open = func(t *testing.T, p leasetest.Process) (randflake.BlockStore, error) {
+	s.Open = func(t *testing.T, p leasetest.Process) (lease.BlockStore, error) {
 		addr := p.Addr
 		if addr == "" {
 			addr = srv.Endpoint()
@@ -97,7 +97,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		mu.Unlock()
 		return st, nil
 	}
-	s.Kill = func(t *testing.T, st randflake.BlockStore) {
+	s.Kill = func(t *testing.T, st lease.BlockStore) {
 		mu.Lock()
 		cli := clients[st]
 		mu.Unlock()

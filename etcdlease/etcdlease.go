@@ -3,8 +3,8 @@
 // that no node ID is used by two processes in the same second.
 //
 // The package is a store of the lease engine: [Store] is a
-// randflake.BlockStore, which keeps claims and history in etcd, and [New]
-// wraps it in a randflake.BlockSource, which applies the engine's rules
+// lease.BlockStore, which keeps claims and history in etcd, and [New]
+// wraps it in a lease.BlockSource, which applies the engine's rules
 // (docs/leases.md, "The rules"): a lease starts after the last second its
 // node IDs may have been used, a holder records a promise before it uses a
 // second, history that cannot be seen is waited out, a store that went back
@@ -129,6 +129,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -163,10 +164,10 @@ const MaxNodes = randflake.MaxNode + 1
 var (
 	// ErrNoFreeNodes: every block of node IDs is claimed (or used up, or
 	// refused for its clock).
-	ErrNoFreeNodes = randflake.ErrNoFreeNodes
+	ErrNoFreeNodes = lease.ErrNoFreeNodes
 	// ErrClockBehind: every free block was used at times ahead of this
 	// machine's clock, or up to seconds too far ahead to wait for.
-	ErrClockBehind = randflake.ErrClockBehind
+	ErrClockBehind = lease.ErrClockBehind
 	// ErrCorrupt: a key among the claims names no node ID; this package
 	// never writes it, and refuses to guess which block it claims. (A
 	// record that fails its check is not an error: the lease engine waits
@@ -189,7 +190,7 @@ type Config struct {
 	// claims (0: DefaultNodes). Each node ID issues up to 131,072 IDs per
 	// second. It must divide the range FirstNode..LastNode; every process
 	// of the fleet uses the same (the marker records it, and a process
-	// configured otherwise is refused with randflake.ErrFleetMismatch).
+	// configured otherwise is refused with lease.ErrFleetMismatch).
 	Nodes int64
 	// FirstNode and LastNode bound the node IDs the fleet uses. Zero for
 	// both means all of them, 0 to 131071.
@@ -300,7 +301,7 @@ func (cfg Config) normalize() (Config, error) {
 // next claims wait out the horizon: the operator's tool after an etcd
 // restore that cannot be detected (see the package documentation).
 type Source struct {
-	*randflake.BlockSource
+	*lease.BlockSource
 }
 
 // New returns a lease source on etcd. Config.Secret is required: the
@@ -314,7 +315,7 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs, err := randflake.NewStoreSource(st, randflake.StoreSourceConfig{
+	bs, err := lease.NewStoreSource(st, lease.StoreSourceConfig{
 		Name:    "etcdlease",
 		Secret:  cfg.Secret,
 		Layout:  st.Layout(),
@@ -336,7 +337,7 @@ func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Lease
 	if err != nil {
 		return nil, err
 	}
-	return randflake.NewStoreLeased(ctx, src, randflake.StoreLeasedConfig{
+	return lease.NewStoreLeased(ctx, src, lease.StoreLeasedConfig{
 		Name:    "etcdlease",
 		Secret:  secret,
 		Shards:  cfg.Shards,

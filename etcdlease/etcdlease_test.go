@@ -10,6 +10,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -21,7 +22,7 @@ func TestConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := s.Info()
-	if s.prefix != DefaultPrefix || s.layout != (randflake.BlockLayout{FirstNode: 0, LastNode: randflake.MaxNode, Size: DefaultNodes}) ||
+	if s.prefix != DefaultPrefix || s.layout != (lease.BlockLayout{FirstNode: 0, LastNode: randflake.MaxNode, Size: DefaultNodes}) ||
 		s.ttl != 10 || info.Promise != 30*time.Second || info.MaxClockSkew != time.Second || !strings.Contains(s.holder, " pid ") {
 		t.Errorf("defaults: %+v, %+v", s, info)
 	}
@@ -302,7 +303,7 @@ func TestClaimReleaseCycles(t *testing.T) {
 		Source: func(w int) (randflake.LeaseSource, error) { return New(withHolder(cfg, fmt.Sprintf("worker %d", w))) },
 		// Every block held, or the block chosen taken by another worker
 		// in each of the engine's tries: try again.
-		Refused: func(err error) bool { return errors.Is(err, ErrNoFreeNodes) || errors.Is(err, randflake.ErrBlockHeld) },
+		Refused: func(err error) bool { return errors.Is(err, ErrNoFreeNodes) || errors.Is(err, lease.ErrBlockHeld) },
 		// Half the cycles use nothing; every 2nd uses its second, so that
 		// the next claim of the block starts after it.
 		Last: func(i int, l randflake.Lease) int64 {

@@ -13,6 +13,7 @@ import (
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease/etcdtest"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -169,7 +170,7 @@ func (r *restoreRun) bSawRollback(timeout time.Duration) time.Duration {
 		r.mu.Lock()
 		var errs []error
 		for _, e := range r.errsB {
-			if errors.Is(e.err, randflake.ErrHistoryRolledBack) && errors.Is(e.err, randflake.ErrLeaseLost) {
+			if errors.Is(e.err, lease.ErrHistoryRolledBack) && errors.Is(e.err, randflake.ErrLeaseLost) {
 				r.mu.Unlock()
 				return e.at.Sub(r.restored)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease/etcdtest"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -101,5 +102,5 @@ func takeoverOf(t *testing.T, cfg Config) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return int64(randflake.TakeoverWait(st.Info()) / time.Second)
+	return int64(lease.TakeoverWait(st.Info()) / time.Second)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -34,13 +35,13 @@ type holderArg struct {
 }
 
 // holderLayout is the layout of a holder's fleet.
-func holderLayout(last int64) randflake.BlockLayout {
-	return randflake.BlockLayout{FirstNode: 0, LastNode: last, Size: 16}
+func holderLayout(last int64) lease.BlockLayout {
+	return lease.BlockLayout{FirstNode: 0, LastNode: last, Size: 16}
 }
 
 // openHolderStore opens, in a holder process, the store its arg names,
 // with the test configuration.
-func openHolderStore(arg string) (randflake.BlockStore, error) {
+func openHolderStore(arg string) (lease.BlockStore, error) {
 	var a holderArg
 	if err := json.Unmarshal([]byte(arg), &a); err != nil {
 		return nil, err

@@ -12,27 +12,28 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Store is a randflake.BlockStore on etcd: the storage primitives of the
+// Store is a lease.BlockStore on etcd: the storage primitives of the
 // lease engine (see the package documentation for its keys). Use it through
-// a randflake.BlockSource, as New does, and give each BlockSource a Store of
+// a lease.BlockSource, as New does, and give each BlockSource a Store of
 // its own.
 type Store struct {
 	cli     *clientv3.Client
 	prefix  string
-	layout  randflake.BlockLayout
+	layout  lease.BlockLayout
 	ttl     int64 // seconds
 	promise time.Duration
 	skew    time.Duration
 	holder  string
 
 	mu  sync.Mutex
-	top randflake.StoreIdentity // the highest position reported, with its cluster ID
+	top lease.StoreIdentity // the highest position reported, with its cluster ID
 }
 
 // storeClaim is the Store's handle on claimed blocks.
@@ -54,11 +55,11 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return &Store{cli: c.Client, prefix: c.Prefix, ttl: int64(c.TTL / time.Second), promise: c.Promise, skew: c.MaxClockSkew, holder: c.Holder,
-		layout: randflake.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}}, nil
+		layout: lease.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}}, nil
 }
 
 // Layout returns the store's division of node IDs into blocks.
-func (s *Store) Layout() randflake.BlockLayout { return s.layout }
+func (s *Store) Layout() lease.BlockLayout { return s.layout }
 
 func (s *Store) markerKey() string            { return s.prefix + "marker" }
 func (s *Store) recordKey(first int64) string { return fmt.Sprintf("%srecord/%06d", s.prefix, first) }
@@ -119,8 +120,8 @@ func (s *Store) stepTimeout(c *storeClaim) time.Duration {
 
 // Info describes the store: claims end with their etcd lease, a TTL after
 // the last grant or keep-alive, less a margin.
-func (s *Store) Info() randflake.StoreInfo {
-	return randflake.StoreInfo{
+func (s *Store) Info() lease.StoreInfo {
+	return lease.StoreInfo{
 		Name:         "etcd " + s.prefix,
 		EndFor:       func(t0 time.Time) int64 { return endFor(t0, s.ttl) },
 		Promise:      s.promise,
@@ -134,15 +135,15 @@ func isLeaseNotFound(err error) bool {
 }
 
 // identityOf returns the store identity a response header reports.
-func identityOf(h *etcdserverpb.ResponseHeader) randflake.StoreIdentity {
+func identityOf(h *etcdserverpb.ResponseHeader) lease.StoreIdentity {
 	if h == nil {
-		return randflake.StoreIdentity{}
+		return lease.StoreIdentity{}
 	}
-	return randflake.StoreIdentity{ID: strconv.FormatUint(h.ClusterId, 16), Position: uint64(max(h.Revision, 0))}
+	return lease.StoreIdentity{ID: strconv.FormatUint(h.ClusterId, 16), Position: uint64(max(h.Revision, 0))}
 }
 
 // note remembers the highest position seen.
-func (s *Store) note(id randflake.StoreIdentity) {
+func (s *Store) note(id lease.StoreIdentity) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id.ID != s.top.ID || id.Position > s.top.Position {
@@ -152,13 +153,13 @@ func (s *Store) note(id randflake.StoreIdentity) {
 
 // behind reports whether id is of the cluster last seen and lower than
 // the highest position seen on it.
-func (s *Store) behind(id randflake.StoreIdentity) bool {
+func (s *Store) behind(id lease.StoreIdentity) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return id.ID == s.top.ID && id.Position < s.top.Position
 }
 
-func (s *Store) held(h randflake.StoreClaim) (*storeClaim, error) {
+func (s *Store) held(h lease.StoreClaim) (*storeClaim, error) {
 	c, ok := h.(*storeClaim)
 	if !ok || c == nil {
 		return nil, fmt.Errorf("etcdlease: %T is not a claim of this store", h)
@@ -168,7 +169,7 @@ func (s *Store) held(h randflake.StoreClaim) (*storeClaim, error) {
 
 // readState is what one consistent read found, besides the view.
 type readState struct {
-	view      *randflake.StoreView
+	view      *lease.StoreView
 	markerRev int64           // the marker's mod revision, 0 if absent
 	recordRev map[int64]int64 // each block's record's mod revision, 0 if absent
 	lost      string          // why the held claim is no longer this store's
@@ -200,7 +201,7 @@ func (s *Store) read(ctx context.Context, c *storeClaim, all bool) (*readState, 
 	if err != nil {
 		return nil, fmt.Errorf("etcdlease: reading %s: %w", s.prefix, err)
 	}
-	rs := &readState{recordRev: map[int64]int64{}, view: &randflake.StoreView{Identity: identityOf(resp.Header)}}
+	rs := &readState{recordRev: map[int64]int64{}, view: &lease.StoreView{Identity: identityOf(resp.Header)}}
 	rs.view.NextID = rs.view.Identity.ID
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		rs.view.Marker = kvs[0].Value
@@ -225,7 +226,7 @@ func (s *Store) read(ctx context.Context, c *storeClaim, all bool) (*readState, 
 		}
 	}
 	for f := s.blockOf(lo); f <= hi; f += s.layout.Size {
-		b := randflake.BlockState{First: f, Last: f + s.layout.Size - 1, Held: held[f], Holder: holder[f]}
+		b := lease.BlockState{First: f, Last: f + s.layout.Size - 1, Held: held[f], Holder: holder[f]}
 		if kv, ok := records[s.recordKey(f)]; ok {
 			b.Record = kv.Value
 			if b.Record == nil {
@@ -258,13 +259,13 @@ func (s *Store) blockOf(n int64) int64 {
 	return s.layout.FirstNode + (n-s.layout.FirstNode)/s.layout.Size*s.layout.Size
 }
 
-// Update runs one atomic step (see randflake.BlockStore): a consistent read
+// Update runs one atomic step (see lease.BlockStore): a consistent read
 // of the marker and the blocks, fn, and one transaction that applies fn's
 // changes only if the marker and the records written are as read, the
 // blocks to claim have no claim key, and the held claim's keys are still
 // this store's. A claim is attached to a new etcd lease, granted for the
 // TTL; a release deletes the claim keys and then revokes the etcd lease.
-func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (_ randflake.StoreClaim, err error) {
+func (s *Store) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (_ lease.StoreClaim, err error) {
 	var c *storeClaim
 	if held != nil {
 		if c, err = s.held(held); err != nil {
@@ -290,7 +291,7 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 			return held, err
 		}
 		if ch == nil {
-			ch = &randflake.StoreChanges{}
+			ch = &lease.StoreChanges{}
 		}
 		first, last, err := s.checkChanges(rs, c, ch)
 		if err != nil {
@@ -323,12 +324,12 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 		}
 		return held, nil
 	}
-	return held, fmt.Errorf("etcdlease: %s changed under %d steps in a row: %w", s.prefix, maxSteps, randflake.ErrStoreConflict)
+	return held, fmt.Errorf("etcdlease: %s changed under %d steps in a row: %w", s.prefix, maxSteps, lease.ErrStoreConflict)
 }
 
 // checkChanges checks what fn returned against what was read, and returns
 // the node IDs of the blocks to claim.
-func (s *Store) checkChanges(rs *readState, c *storeClaim, ch *randflake.StoreChanges) (first, last int64, err error) {
+func (s *Store) checkChanges(rs *readState, c *storeClaim, ch *lease.StoreChanges) (first, last int64, err error) {
 	read := map[int64]bool{}
 	for _, b := range rs.view.Blocks {
 		read[b.First] = true
@@ -379,7 +380,7 @@ func (s *Store) grant(ctx context.Context) (*storeClaim, error) {
 // apply writes ch in one transaction conditioned on what was read. It
 // reports whether the transaction was applied; when it was not because
 // the held claim is gone or a block to claim is held, the error says so.
-func (s *Store) apply(ctx context.Context, rs *readState, c, fresh *storeClaim, ch *randflake.StoreChanges) (bool, error) {
+func (s *Store) apply(ctx context.Context, rs *readState, c, fresh *storeClaim, ch *lease.StoreChanges) (bool, error) {
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.markerKey()), "=", rs.markerRev)}
 	var ops, orElse []clientv3.Op
 	if ch.Marker != nil {
@@ -433,7 +434,7 @@ func (s *Store) apply(ctx context.Context, rs *readState, c, fresh *storeClaim, 
 		i++
 	}
 	if len(ch.Claim) > 0 && resp.Responses[i].GetResponseRange().Count > 0 {
-		return false, fmt.Errorf("etcdlease: node IDs %d-%d: %w", fresh.first, fresh.last, randflake.ErrBlockHeld)
+		return false, fmt.Errorf("etcdlease: node IDs %d-%d: %w", fresh.first, fresh.last, lease.ErrBlockHeld)
 	}
 	return false, nil
 }
@@ -452,10 +453,10 @@ func (s *Store) revoke(id clientv3.LeaseID) {
 // before is checked with a linearizable read first (a keep-alive answered
 // by a member that lags behind reports an older revision), and reported
 // only if the read confirms it.
-func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+func (s *Store) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
 	c, err := s.held(held)
 	if err != nil {
-		return randflake.StoreIdentity{}, err
+		return lease.StoreIdentity{}, err
 	}
 	octx, cancel := context.WithTimeout(ctx, s.opTimeout())
 	defer cancel()
@@ -464,23 +465,23 @@ func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake
 		// The identity goes with the loss, when etcd answers, so that
 		// the holder can tell an etcd that went back (a restore from
 		// before the lease was granted) from a lease that lapsed.
-		var id randflake.StoreIdentity
+		var id lease.StoreIdentity
 		if resp, err := s.cli.Get(octx, s.markerKey(), clientv3.WithCountOnly()); err == nil {
 			id = identityOf(resp.Header)
 		}
 		return id, fmt.Errorf("etcdlease: the etcd lease %x of node IDs %d-%d expired: %w", int64(c.lease), c.first, c.last, randflake.ErrLeaseLost)
 	}
 	if err != nil {
-		return randflake.StoreIdentity{}, fmt.Errorf("etcdlease: keep-alive of node IDs %d-%d: %w", c.first, c.last, err)
+		return lease.StoreIdentity{}, fmt.Errorf("etcdlease: keep-alive of node IDs %d-%d: %w", c.first, c.last, err)
 	}
 	if ka.TTL < s.ttl {
-		return randflake.StoreIdentity{}, fmt.Errorf("etcdlease: etcd renewed the lease for %ds, not %ds", ka.TTL, s.ttl)
+		return lease.StoreIdentity{}, fmt.Errorf("etcdlease: etcd renewed the lease for %ds, not %ds", ka.TTL, s.ttl)
 	}
 	id := identityOf(ka.ResponseHeader)
 	if s.behind(id) {
 		resp, err := s.cli.Get(octx, s.markerKey(), clientv3.WithCountOnly())
 		if err != nil {
-			return randflake.StoreIdentity{}, fmt.Errorf("etcdlease: confirming the revision of %s: %w", s.prefix, err)
+			return lease.StoreIdentity{}, fmt.Errorf("etcdlease: confirming the revision of %s: %w", s.prefix, err)
 		}
 		id = identityOf(resp.Header)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -65,10 +66,10 @@ func TestStoreStep(t *testing.T) {
 	}
 
 	// An empty prefix: no marker, never fresh, four free blocks.
-	var view *randflake.StoreView
-	held, err := a.Update(ctx, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	var view *lease.StoreView
+	held, err := a.Update(ctx, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		view = v
-		return &randflake.StoreChanges{Marker: []byte("marker 1"), Records: map[int64][]byte{0: []byte("record 0")}, Claim: []int64{0}}, nil
+		return &lease.StoreChanges{Marker: []byte("marker 1"), Records: map[int64][]byte{0: []byte("record 0")}, Claim: []int64{0}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -103,26 +104,26 @@ func TestStoreStep(t *testing.T) {
 
 	// Another process sees the claim and the data as written; claiming
 	// the held block is refused and leaves no etcd lease behind.
-	_, err = b.Update(ctx, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	_, err = b.Update(ctx, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		if !v.Blocks[0].Held || string(v.Blocks[0].Record) != "record 0" || string(v.Marker) != "marker 1" || v.Blocks[1].Held {
 			t.Errorf("second view: %+v", v)
 		}
-		return &randflake.StoreChanges{Claim: []int64{0}}, nil
+		return &lease.StoreChanges{Claim: []int64{0}}, nil
 	})
-	if !errors.Is(err, randflake.ErrBlockHeld) {
+	if !errors.Is(err, lease.ErrBlockHeld) {
 		t.Errorf("claim of a held block: %v, want ErrBlockHeld", err)
 	}
 	// A block free when read but claimed before the transaction.
 	c := open("holder C")
-	_, err = b.Update(ctx, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
-		if _, err := c.Update(ctx, nil, true, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
-			return &randflake.StoreChanges{Claim: []int64{16}}, nil
+	_, err = b.Update(ctx, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) {
+		if _, err := c.Update(ctx, nil, true, func(*lease.StoreView) (*lease.StoreChanges, error) {
+			return &lease.StoreChanges{Claim: []int64{16}}, nil
 		}); err != nil {
 			t.Errorf("claim by C: %v", err)
 		}
-		return &randflake.StoreChanges{Claim: []int64{16}}, nil
+		return &lease.StoreChanges{Claim: []int64{16}}, nil
 	})
-	if !errors.Is(err, randflake.ErrBlockHeld) {
+	if !errors.Is(err, lease.ErrBlockHeld) {
 		t.Errorf("claim of a block taken since the read: %v, want ErrBlockHeld", err)
 	}
 	if n := leaseCount(t, cli); n != 2 {
@@ -131,7 +132,7 @@ func TestStoreStep(t *testing.T) {
 
 	// The marker changed under the step: fn runs again on the new view.
 	calls := 0
-	_, err = b.Update(ctx, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	_, err = b.Update(ctx, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		calls++
 		if calls == 1 {
 			if _, err := cli.Put(ctx, "/steps/marker", "marker 2"); err != nil {
@@ -140,7 +141,7 @@ func TestStoreStep(t *testing.T) {
 		} else if string(v.Marker) != "marker 2" {
 			t.Errorf("second call sees marker %q", v.Marker)
 		}
-		return &randflake.StoreChanges{Marker: []byte("marker 3")}, nil
+		return &lease.StoreChanges{Marker: []byte("marker 3")}, nil
 	})
 	if err != nil || calls != 2 {
 		t.Errorf("step with a change under it: %v after %d calls, want success after 2", err, calls)
@@ -150,14 +151,14 @@ func TestStoreStep(t *testing.T) {
 	}
 	// A step that never settles gives up, claiming nothing.
 	calls = 0
-	_, err = b.Update(ctx, nil, true, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
+	_, err = b.Update(ctx, nil, true, func(*lease.StoreView) (*lease.StoreChanges, error) {
 		calls++
 		if _, err := cli.Put(ctx, "/steps/marker", "busy "+strconv.Itoa(calls)); err != nil {
 			t.Fatal(err)
 		}
-		return &randflake.StoreChanges{Claim: []int64{32}}, nil
+		return &lease.StoreChanges{Claim: []int64{32}}, nil
 	})
-	if !errors.Is(err, randflake.ErrStoreConflict) || calls != maxSteps {
+	if !errors.Is(err, lease.ErrStoreConflict) || calls != maxSteps {
 		t.Errorf("step that never settles: %v after %d calls, want ErrStoreConflict after %d", err, calls, maxSteps)
 	}
 	if _, ok := value(t, cli, "/steps/claim/000032"); ok || leaseCount(t, cli) != 2 {
@@ -165,17 +166,17 @@ func TestStoreStep(t *testing.T) {
 	}
 	// fn's error is returned as it is, and nothing is written.
 	boom := errors.New("boom")
-	if _, err := b.Update(ctx, nil, true, func(*randflake.StoreView) (*randflake.StoreChanges, error) { return nil, boom }); err != boom {
+	if _, err := b.Update(ctx, nil, true, func(*lease.StoreView) (*lease.StoreChanges, error) { return nil, boom }); err != boom {
 		t.Errorf("fn's error: %v", err)
 	}
 
 	// A step on the held claim reads its block only, and may write its
 	// record; a record of a block not read is refused.
-	_, err = a.Update(ctx, held, false, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	_, err = a.Update(ctx, held, false, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		if len(v.Blocks) != 1 || v.Blocks[0].First != 0 || !v.Blocks[0].Held || string(v.Blocks[0].Record) != "record 0" {
 			t.Errorf("held view: %+v", v.Blocks)
 		}
-		return &randflake.StoreChanges{Records: map[int64][]byte{0: []byte("record 0b")}, Marker: []byte("marker 4")}, nil
+		return &lease.StoreChanges{Records: map[int64][]byte{0: []byte("record 0b")}, Marker: []byte("marker 4")}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -183,8 +184,8 @@ func TestStoreStep(t *testing.T) {
 	if v, _ := value(t, cli, "/steps/record/000000"); v != "record 0b" {
 		t.Errorf("record %q after the held step", v)
 	}
-	if _, err := a.Update(ctx, held, false, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
-		return &randflake.StoreChanges{Records: map[int64][]byte{16: []byte("not mine")}}, nil
+	if _, err := a.Update(ctx, held, false, func(*lease.StoreView) (*lease.StoreChanges, error) {
+		return &lease.StoreChanges{Records: map[int64][]byte{16: []byte("not mine")}}, nil
 	}); err == nil {
 		t.Error("a record of a block not read was written")
 	}
@@ -194,8 +195,8 @@ func TestStoreStep(t *testing.T) {
 	}
 
 	// Release deletes the claim key and revokes the etcd lease.
-	if _, err := a.Update(ctx, held, false, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
-		return &randflake.StoreChanges{Records: map[int64][]byte{0: []byte("record 0c")}, Release: true}, nil
+	if _, err := a.Update(ctx, held, false, func(*lease.StoreView) (*lease.StoreChanges, error) {
+		return &lease.StoreChanges{Records: map[int64][]byte{0: []byte("record 0c")}, Release: true}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -208,8 +209,8 @@ func TestStoreStep(t *testing.T) {
 
 	// A claim whose key was deleted (the etcd lease still alive) is lost
 	// at the next step, without calling fn.
-	heldB, err := b.Update(ctx, nil, true, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
-		return &randflake.StoreChanges{Claim: []int64{48}}, nil
+	heldB, err := b.Update(ctx, nil, true, func(*lease.StoreView) (*lease.StoreChanges, error) {
+		return &lease.StoreChanges{Claim: []int64{48}}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +219,7 @@ func TestStoreStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	called := false
-	if _, err := b.Update(ctx, heldB, false, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
+	if _, err := b.Update(ctx, heldB, false, func(*lease.StoreView) (*lease.StoreChanges, error) {
 		called = true
 		return nil, nil
 	}); !errors.Is(err, randflake.ErrLeaseLost) || called {
@@ -239,7 +240,7 @@ func TestStoreCorruptClaimKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Update(ctx, nil, true, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
+	_, err = s.Update(ctx, nil, true, func(*lease.StoreView) (*lease.StoreChanges, error) {
 		t.Error("fn called on a corrupt view")
 		return nil, nil
 	})
@@ -267,12 +268,12 @@ type conflictStore struct {
 	conflicts int
 }
 
-func (s *conflictStore) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (s *conflictStore) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	if held == nil || all {
 		return s.Store.Update(ctx, held, all, fn)
 	}
 	first := true
-	return s.Store.Update(ctx, held, all, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	return s.Store.Update(ctx, held, all, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		if first {
 			first = false
 			// The same marker written again: its content stays valid,
@@ -300,7 +301,7 @@ func TestPromiseAfterConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := &conflictStore{Store: st}
-	src, err := randflake.NewBlockSource(cs, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.Layout()})
+	src, err := lease.NewBlockSource(cs, lease.BlockSourceConfig{Secret: testSecret, Layout: st.Layout()})
 	if err != nil {
 		t.Fatal(err)
 	}

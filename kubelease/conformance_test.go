@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/kubelease/kubetest"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestConformance(t *testing.T) {
 	kubetest.SkipShort(t)
 	leasetest.Run(t, leasetest.Harness{
-		Layout:   randflake.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16},
+		Layout:   lease.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16},
 		New:      newConformanceStore,
 		Parallel: true,
 	})
@@ -47,9 +47,9 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 	}
 	ns := c.Namespace(t, "conformance")
 	var mu sync.Mutex
-	kills := map[randflake.BlockStore]*killable{}
+	kills := map[lease.BlockStore]*killable{}
 	s := &leasetest.Store{Addr: c.Addr()}
-	s.Open = func(t *testing.T, p leasetest.Process) (randflake.BlockStore, error) {
+	s.Open = func(t *testing.T, p leasetest.Process) (lease.BlockStore, error) {
 		cli, k := testClient(t, c, kubetest.User, p.Addr)
 		cfg := testConfig(cli, ns, p.Layout.LastNode, p.Name)
 		cfg.Name, cfg.Nodes, cfg.FirstNode = conformanceFleet, p.Layout.Size, p.Layout.FirstNode
@@ -69,7 +69,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		mu.Unlock()
 		return st, nil
 	}
-	s.Kill = func(t *testing.T, st randflake.BlockStore) {
+	s.Kill = func(t *testing.T, st lease.BlockStore) {
 		mu.Lock()
 		k := kills[st]
 		mu.Unlock()
@@ -79,8 +79,8 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		k.killed.Store(true)
 	}
 	leases := kubetest.LeasesPath(ns)
-	get := func(t *testing.T, name string) *lease {
-		var l lease
+	get := func(t *testing.T, name string) *leaseObject {
+		var l leaseObject
 		err := c.Do(testCtx(t, "reading the Lease "+name, 20*time.Second), http.MethodGet, leases+"/"+name, nil, &l)
 		if kubetest.IsNotFound(err) {
 			return nil
@@ -102,7 +102,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 			}
 			method, path := http.MethodPut, leases+"/"+name
 			if l == nil {
-				l = &lease{Metadata: objectMeta{Name: name, Labels: map[string]string{LabelFleet: conformanceFleet}}}
+				l = &leaseObject{Metadata: objectMeta{Name: name, Labels: map[string]string{LabelFleet: conformanceFleet}}}
 				method, path = http.MethodPost, leases
 			}
 			l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"

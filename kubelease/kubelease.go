@@ -8,8 +8,8 @@
 // The package is a storage layer only. The rules that make leases safe
 // (where a lease starts, the promises recorded before seconds are used,
 // unknown or rolled-back history waited out, clocks behind a block's
-// record) live in the lease engine, randflake.BlockSource; [Store] is the
-// randflake.BlockStore it runs on, and [Source] is the engine on that
+// record) live in the lease engine, lease.BlockSource; [Store] is the
+// lease.BlockStore it runs on, and [Source] is the engine on that
 // store. docs/leases.md states the rules.
 //
 // # Objects
@@ -47,7 +47,7 @@
 //
 //  1. claims its blocks, each a create of the block's Lease or an update
 //     conditioned on the resource version listed (a block another process
-//     claimed or renewed meanwhile is refused with randflake.ErrBlockHeld);
+//     claimed or renewed meanwhile is refused with lease.ErrBlockHeld);
 //  2. commits: one update of the fleet object, conditioned on its resource
 //     version listed, that writes the new marker and, as a pending step,
 //     the records and releases to write to the blocks' objects. If another
@@ -109,7 +109,7 @@
 //   - etcd restored from a snapshot under the API server: the resource
 //     versions go back; a running holder sees it at its next renewal or
 //     step (or finds its claim gone together with the lower revision),
-//     drops its claim with randflake.ErrHistoryRolledBack, and marks the
+//     drops its claim with lease.ErrHistoryRolledBack, and marks the
 //     history unknown. Restart the API servers after such a restore, as
 //     Kubernetes asks: their caches still hold the later revisions.
 //
@@ -160,6 +160,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // Defaults of Config.
@@ -181,10 +182,10 @@ const (
 // lease engine's own.
 var (
 	// ErrNoFreeNodes: every block of node IDs is claimed.
-	ErrNoFreeNodes = randflake.ErrNoFreeNodes
+	ErrNoFreeNodes = lease.ErrNoFreeNodes
 	// ErrClockBehind: the free blocks were used up to seconds ahead of
 	// this machine's clock (it may have stepped back).
-	ErrClockBehind = randflake.ErrClockBehind
+	ErrClockBehind = lease.ErrClockBehind
 	// ErrCorrupt: a Lease object with the fleet's label whose name is
 	// not one this package writes.
 	ErrCorrupt = errors.New("kubelease: corrupt Lease object")
@@ -341,7 +342,7 @@ func defaultHolder() string {
 // next claims wait out the horizon: the operator's tool after an etcd
 // restore that cannot be detected (see the package documentation).
 type Source struct {
-	*randflake.BlockSource
+	*lease.BlockSource
 }
 
 // New returns a lease source on Kubernetes Lease objects. Config.Secret is
@@ -355,7 +356,7 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs, err := randflake.NewStoreSource(st, randflake.StoreSourceConfig{
+	bs, err := lease.NewStoreSource(st, lease.StoreSourceConfig{
 		Name:    "kubelease",
 		Secret:  cfg.Secret,
 		Layout:  st.Layout(),
@@ -377,7 +378,7 @@ func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Lease
 	if err != nil {
 		return nil, err
 	}
-	return randflake.NewStoreLeased(ctx, src, randflake.StoreLeasedConfig{
+	return lease.NewStoreLeased(ctx, src, lease.StoreLeasedConfig{
 		Name:    "kubelease",
 		Secret:  secret,
 		Shards:  cfg.Shards,

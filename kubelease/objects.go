@@ -15,8 +15,8 @@ import (
 // for why not the k8s.io/api types). Fields of the metadata the store does
 // not set (owner references, finalizers) are kept as they were read.
 
-// lease is a coordination.k8s.io/v1 Lease.
-type lease struct {
+// leaseObject is a coordination.k8s.io/v1 Lease.
+type leaseObject struct {
 	APIVersion string     `json:"apiVersion,omitempty"`
 	Kind       string     `json:"kind,omitempty"`
 	Metadata   objectMeta `json:"metadata"`
@@ -52,7 +52,7 @@ type leaseList struct {
 	Metadata struct {
 		ResourceVersion string `json:"resourceVersion"`
 	} `json:"metadata"`
-	Items []lease `json:"items"`
+	Items []leaseObject `json:"items"`
 }
 
 // microTime formats t as the API's MicroTime.
@@ -65,7 +65,7 @@ func strp(s string) *string { return &s }
 func i32p(n int32) *int32   { return &n }
 
 // holder returns the lease's holder identity, "" if none.
-func (l *lease) holder() string {
+func (l *leaseObject) holder() string {
 	if l.Spec.HolderIdentity == nil {
 		return ""
 	}
@@ -76,7 +76,7 @@ func (l *lease) holder() string {
 // acquisition) time plus its duration, by the holder's clock. ok is false
 // when the lease names a holder but not both times: such a claim is taken
 // to hold.
-func (l *lease) expiry() (t time.Time, ok bool) {
+func (l *leaseObject) expiry() (t time.Time, ok bool) {
 	at := l.Spec.RenewTime
 	if at == nil {
 		at = l.Spec.AcquireTime

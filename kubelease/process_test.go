@@ -12,6 +12,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/kubelease/kubetest"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -27,7 +28,7 @@ type holderArg struct {
 
 // openHolderStore opens, in a holder process, the store its arg names,
 // with the test configuration.
-func openHolderStore(arg string) (randflake.BlockStore, error) {
+func openHolderStore(arg string) (lease.BlockStore, error) {
 	var a holderArg
 	if err := json.Unmarshal([]byte(arg), &a); err != nil {
 		return nil, err
@@ -45,7 +46,7 @@ func startHolder(t *testing.T, c *kubetest.Cluster, ns string, last int64, name 
 	t.Helper()
 	arg, _ := json.Marshal(holderArg{Server: c.URL(), Token: c.Token(kubetest.User), CA: c.CA(), Namespace: ns, Last: last, Name: name})
 	return leasetest.StartHolder(t, leasetest.HolderConfig{Name: name, Arg: string(arg), Secret: testSecret,
-		Layout: randflake.BlockLayout{FirstNode: 0, LastNode: last, Size: 16}})
+		Layout: lease.BlockLayout{FirstNode: 0, LastNode: last, Size: 16}})
 }
 
 // A holder killed with SIGKILL half-way through a second keeps its node
@@ -73,7 +74,7 @@ func TestKilledHolder(t *testing.T) {
 	// The killed holder's claim as it left it: it lapses at renewTime
 	// plus leaseDurationSeconds. (A renewal in flight at the kill and
 	// applied after this read would only make it lapse later.)
-	var left lease
+	var left leaseObject
 	if err := c.Do(testCtx(t, "reading the killed holder's Lease", 20*time.Second), http.MethodGet, kubetest.LeasesPath(ns)+"/"+block, nil, &left); err != nil {
 		t.Fatal(err)
 	}

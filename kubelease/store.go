@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // Labels and annotations of the fleet's Lease objects.
@@ -44,15 +45,15 @@ const (
 	AnnotationCommit = "randflake.io/commit"
 )
 
-// Store is a randflake.BlockStore on Kubernetes Lease objects: the storage
+// Store is a lease.BlockStore on Kubernetes Lease objects: the storage
 // primitives of the lease engine (see the package documentation). Use it
-// through a randflake.BlockSource, as New does, and give each BlockSource
+// through a lease.BlockSource, as New does, and give each BlockSource
 // a Store of its own.
 type Store struct {
 	c      *Client
 	ns     string
 	name   string
-	layout randflake.BlockLayout
+	layout lease.BlockLayout
 	ttl    time.Duration
 	skew   time.Duration
 	holder string
@@ -76,7 +77,7 @@ type storeClaim struct {
 	renewed time.Time
 	// known holds its blocks' objects as this store last wrote them, by
 	// first node ID: a renewal updates them without reading them first.
-	known map[int64]*lease
+	known map[int64]*leaseObject
 }
 
 // renewedAt returns when the claim was last written to all its blocks.
@@ -90,11 +91,11 @@ func (c *storeClaim) renewedAt() time.Time {
 // f's (nil: not known any more, read it first next time), and, if
 // renewed is not zero, the time before the claim was written to all of
 // them.
-func (c *storeClaim) wrote(f int64, l *lease, renewed time.Time) {
+func (c *storeClaim) wrote(f int64, l *leaseObject, renewed time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.known == nil {
-		c.known = map[int64]*lease{}
+		c.known = map[int64]*leaseObject{}
 	}
 	if l != nil && l.holder() == c.identity {
 		c.known[f] = l
@@ -116,7 +117,7 @@ func (c *storeClaim) renewedAll(t time.Time) {
 
 // knownObject returns block f's object as this store last wrote it, nil
 // if not known.
-func (c *storeClaim) knownObject(f int64) *lease {
+func (c *storeClaim) knownObject(f int64) *leaseObject {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l := c.known[f]; l != nil {
@@ -148,18 +149,18 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return &Store{c: c.Client, ns: c.Namespace, name: c.Name, ttl: c.TTL, skew: c.MaxClockSkew, holder: c.Holder, log: c.Logger, now: time.Now,
-		layout: randflake.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}}, nil
+		layout: lease.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}}, nil
 }
 
 // Layout returns the store's division of node IDs into blocks.
-func (s *Store) Layout() randflake.BlockLayout { return s.layout }
+func (s *Store) Layout() lease.BlockLayout { return s.layout }
 
 // Info describes the store: claims lapse a TTL after their last renewal,
 // by the renewing holder's clock, which is checked against the API
 // server's; the holder stops twice the clock allowance and a margin
 // before.
-func (s *Store) Info() randflake.StoreInfo {
-	return randflake.StoreInfo{
+func (s *Store) Info() lease.StoreInfo {
+	return lease.StoreInfo{
 		Name:         fmt.Sprintf("kubernetes leases %s/%s", s.ns, s.name),
 		EndFor:       func(t0 time.Time) int64 { return endFor(t0, s.ttl, s.skew) },
 		Promise:      s.ttl,
@@ -241,11 +242,11 @@ func (e *slowError) Unwrap() error { return context.DeadlineExceeded }
 
 // snapshot is what one list of the fleet's objects found.
 type snapshot struct {
-	rev    uint64           // the list's resource version
-	rep    reply            // the list's timing and Date header
-	at     time.Time        // this machine's clock when the answer came
-	fleet  *lease           // the fleet object, nil if absent
-	blocks map[int64]*lease // block objects by the node ID their name gives
+	rev    uint64                 // the list's resource version
+	rep    reply                  // the list's timing and Date header
+	at     time.Time              // this machine's clock when the answer came
+	fleet  *leaseObject           // the fleet object, nil if absent
+	blocks map[int64]*leaseObject // block objects by the node ID their name gives
 }
 
 // list reads every Lease object of the fleet in one list, which the API
@@ -262,7 +263,7 @@ func (s *Store) list(ctx context.Context) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelease: the API server's list of leases has resource version %q, not a number (this store needs the API server to count its writes, as etcd does)", ll.Metadata.ResourceVersion)
 	}
-	sn := &snapshot{rev: rev, rep: rep, at: rep.t1, blocks: map[int64]*lease{}}
+	sn := &snapshot{rev: rev, rep: rep, at: rep.t1, blocks: map[int64]*leaseObject{}}
 	for i := range ll.Items {
 		l := &ll.Items[i]
 		if l.Metadata.Name == s.name {
@@ -304,7 +305,7 @@ func (s *Store) identity() string {
 	return s.uid
 }
 
-func (s *Store) held(h randflake.StoreClaim) (*storeClaim, error) {
+func (s *Store) held(h lease.StoreClaim) (*storeClaim, error) {
 	if h == nil {
 		return nil, nil
 	}
@@ -321,14 +322,14 @@ func (s *Store) lost(c *storeClaim, first int64, why string) error {
 		s.ns, BlockName(s.name, first), c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, why, randflake.ErrLeaseLost)
 }
 
-// Update runs one atomic step (see randflake.BlockStore and the package
+// Update runs one atomic step (see lease.BlockStore and the package
 // documentation, "Steps"): a list of the fleet's objects, with any
 // pending step written out first; fn; the claims, each a create or an
 // update conditioned on the block object's resource version; then the
 // commit, one update of the fleet object conditioned on its resource
 // version, holding the new marker and the records and releases to write;
 // and last those writes.
-func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (s *Store) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	c, err := s.held(held)
 	if err != nil {
 		return held, err
@@ -376,7 +377,7 @@ func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool,
 			return res, err
 		}
 	}
-	return held, fmt.Errorf("kubelease: the leases of %s/%s changed under %d steps in a row: %w", s.ns, s.name, maxSteps, randflake.ErrStoreConflict)
+	return held, fmt.Errorf("kubelease: the leases of %s/%s changed under %d steps in a row: %w", s.ns, s.name, maxSteps, lease.ErrStoreConflict)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -393,7 +394,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // attempt runs one attempt of a step (see Update). again reports that
 // the step must run again on a new list: the store was changed under it,
 // or a pending step was written out first.
-func (s *Store) attempt(ctx context.Context, c *storeClaim, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (_ randflake.StoreClaim, again bool, _ error) {
+func (s *Store) attempt(ctx context.Context, c *storeClaim, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (_ lease.StoreClaim, again bool, _ error) {
 	sn, err := s.list(ctx)
 	if err != nil {
 		return held, false, err
@@ -424,7 +425,7 @@ func (s *Store) attempt(ctx context.Context, c *storeClaim, held randflake.Store
 		return held, false, err
 	}
 	if ch == nil {
-		ch = &randflake.StoreChanges{}
+		ch = &lease.StoreChanges{}
 	}
 	if err := s.check(view, c, ch); err != nil {
 		return held, false, err
@@ -442,14 +443,14 @@ func (s *Store) attempt(ctx context.Context, c *storeClaim, held randflake.Store
 	}
 	// The blocks' objects as they are known to be, for the writes
 	// after the commit: as listed, or as claimed.
-	known := map[int64]*lease{}
+	known := map[int64]*leaseObject{}
 	if c != nil {
 		for _, f := range c.blocks {
 			known[f] = sn.blocks[f]
 		}
 	}
 	var fresh *storeClaim
-	var undo []*lease
+	var undo []*leaseObject
 	var claimedAt time.Time // before any renewTime of the claims
 	if len(ch.Claim) > 0 {
 		fresh = &storeClaim{identity: s.newIdentity(), blocks: append([]int64(nil), ch.Claim...)}
@@ -508,8 +509,8 @@ var errConflict = errors.New("kubelease: the object changed since it was read")
 
 // view builds the engine's view of a snapshot: every block of the layout
 // (all) or the held claim's.
-func (s *Store) view(sn *snapshot, c *storeClaim, all bool) *randflake.StoreView {
-	v := &randflake.StoreView{Identity: randflake.StoreIdentity{ID: sn.fleet.Metadata.UID, Position: sn.rev}, Clock: sn.rep.date}
+func (s *Store) view(sn *snapshot, c *storeClaim, all bool) *lease.StoreView {
+	v := &lease.StoreView{Identity: lease.StoreIdentity{ID: sn.fleet.Metadata.UID, Position: sn.rev}, Clock: sn.rep.date}
 	v.NextID = v.Identity.ID
 	if m, ok := sn.fleet.Metadata.Annotations[AnnotationMarker]; ok {
 		v.Marker = []byte(m)
@@ -528,7 +529,7 @@ func (s *Store) view(sn *snapshot, c *storeClaim, all bool) *randflake.StoreView
 		}
 	}
 	add := func(f int64) {
-		b := randflake.BlockState{First: f, Last: f + s.layout.Size - 1, Held: heldBy[f]}
+		b := lease.BlockState{First: f, Last: f + s.layout.Size - 1, Held: heldBy[f]}
 		if l := sn.blocks[f]; l != nil {
 			if b.Held {
 				// "HOLDER claim TOKEN": the holder, not the claim's token.
@@ -554,7 +555,7 @@ func (s *Store) view(sn *snapshot, c *storeClaim, all bool) *randflake.StoreView
 }
 
 // check refuses changes the step cannot make.
-func (s *Store) check(v *randflake.StoreView, c *storeClaim, ch *randflake.StoreChanges) error {
+func (s *Store) check(v *lease.StoreView, c *storeClaim, ch *lease.StoreChanges) error {
 	read := map[int64]bool{}
 	for _, b := range v.Blocks {
 		read[b.First] = true
@@ -592,7 +593,7 @@ func (s *Store) newIdentity() string {
 // createFleet creates the fleet object, without a marker: a fleet never
 // seen, or one whose objects were deleted.
 func (s *Store) createFleet(ctx context.Context) error {
-	l := &lease{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Metadata: objectMeta{Name: s.name, Labels: s.labels()}}
+	l := &leaseObject{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Metadata: objectMeta{Name: s.name, Labels: s.labels()}}
 	_, err := s.c.do(ctx, http.MethodPost, s.leasesPath(), nil, l, nil)
 	if isCode(err, http.StatusConflict) {
 		return nil // created meanwhile
@@ -603,13 +604,13 @@ func (s *Store) createFleet(ctx context.Context) error {
 // claim claims block f, whose object was read as cur (nil: none): a
 // create, or an update conditioned on the resource version read. It
 // returns the object as written.
-func (s *Store) claim(ctx context.Context, f int64, cur *lease, identity string) (*lease, error) {
+func (s *Store) claim(ctx context.Context, f int64, cur *leaseObject, identity string) (*leaseObject, error) {
 	now := microTime(s.now())
-	var l lease
+	var l leaseObject
 	if cur != nil {
 		l = *cur
 	} else {
-		l = lease{Metadata: objectMeta{Name: BlockName(s.name, f)}}
+		l = leaseObject{Metadata: objectMeta{Name: BlockName(s.name, f)}}
 	}
 	l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
 	l.Metadata.Labels = mergeLabels(l.Metadata.Labels, s.labels())
@@ -619,7 +620,7 @@ func (s *Store) claim(ctx context.Context, f int64, cur *lease, identity string)
 	l.Spec.HolderIdentity = strp(identity)
 	l.Spec.LeaseDurationSeconds = i32p(int32(s.ttl / time.Second))
 	l.Spec.AcquireTime, l.Spec.RenewTime = now, now
-	var out lease
+	var out leaseObject
 	var err error
 	if cur == nil {
 		_, err = s.c.do(ctx, http.MethodPost, s.leasesPath(), nil, &l, &out)
@@ -627,7 +628,7 @@ func (s *Store) claim(ctx context.Context, f int64, cur *lease, identity string)
 		_, err = s.c.do(ctx, http.MethodPut, s.leasePath(l.Metadata.Name), nil, &l, &out)
 	}
 	if isCode(err, http.StatusConflict) {
-		return nil, fmt.Errorf("kubelease: %s/%s changed since it was read: node IDs %d-%d: %w", s.ns, l.Metadata.Name, f, f+s.layout.Size-1, randflake.ErrBlockHeld)
+		return nil, fmt.Errorf("kubelease: %s/%s changed since it was read: node IDs %d-%d: %w", s.ns, l.Metadata.Name, f, f+s.layout.Size-1, lease.ErrBlockHeld)
 	}
 	if err != nil {
 		return nil, err
@@ -635,7 +636,7 @@ func (s *Store) claim(ctx context.Context, f int64, cur *lease, identity string)
 	return &out, nil
 }
 
-func transitions(l *lease) int32 {
+func transitions(l *leaseObject) int32 {
 	if l.Spec.LeaseTransitions == nil {
 		return 0
 	}
@@ -654,7 +655,7 @@ func mergeLabels(have, want map[string]string) map[string]string {
 
 // undo frees the claims of a step that did not commit, best effort: a
 // claim left behind lapses after its TTL.
-func (s *Store) undo(claimed []*lease) {
+func (s *Store) undo(claimed []*leaseObject) {
 	ctx, cancel := s.boundBy(context.Background(), "freeing the claims of a step that did not commit", s.ttl/3, "a third of the TTL")
 	defer cancel()
 	for _, l := range claimed {
@@ -664,14 +665,14 @@ func (s *Store) undo(claimed []*lease) {
 }
 
 // free clears the claim of l.
-func free(l *lease) {
+func free(l *leaseObject) {
 	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil, nil, nil
 }
 
 // commit writes the step to the fleet object, read as fleet: the marker
 // (nil: unchanged) and the pending writes, conditioned on the resource
 // version read. errConflict: another step committed first.
-func (s *Store) commit(ctx context.Context, fleet *lease, marker []byte, p *pending) (*lease, error) {
+func (s *Store) commit(ctx context.Context, fleet *leaseObject, marker []byte, p *pending) (*leaseObject, error) {
 	l := *fleet
 	l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
 	l.Metadata.Annotations = copyMap(fleet.Metadata.Annotations)
@@ -688,7 +689,7 @@ func (s *Store) commit(ctx context.Context, fleet *lease, marker []byte, p *pend
 		}
 		l.Metadata.Annotations[AnnotationPending] = string(raw)
 	}
-	var out lease
+	var out leaseObject
 	_, err := s.c.do(ctx, http.MethodPut, s.leasePath(s.name), nil, &l, &out)
 	if isCode(err, http.StatusConflict) || isCode(err, http.StatusNotFound) {
 		return nil, errConflict
@@ -707,7 +708,7 @@ func copyMap(m map[string]string) map[string]string {
 	return out
 }
 
-func rvOf(l *lease) uint64 {
+func rvOf(l *leaseObject) uint64 {
 	n, _ := strconv.ParseUint(l.Metadata.ResourceVersion, 10, 64)
 	return n
 }
@@ -716,7 +717,7 @@ func rvOf(l *lease) uint64 {
 // object's resource version (the step's commit), or nil. A pending step
 // that cannot be read is dropped when it is written out (see
 // rollForward): it names nothing to write.
-func (s *Store) pendingOf(fleet *lease) (*pending, uint64) {
+func (s *Store) pendingOf(fleet *leaseObject) (*pending, uint64) {
 	raw, ok := fleet.Metadata.Annotations[AnnotationPending]
 	if !ok {
 		return nil, 0
@@ -734,7 +735,7 @@ func (s *Store) pendingOf(fleet *lease) (*pending, uint64) {
 // took (AnnotationStep), so that the writes are done once, and never
 // after a later commit's. known, if not nil, holds the blocks' objects as
 // last seen, tried before reading them; the objects written replace them.
-func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev uint64, known map[int64]*lease) error {
+func (s *Store) rollForward(ctx context.Context, fleet *leaseObject, p *pending, rev uint64, known map[int64]*leaseObject) error {
 	firsts := map[int64]bool{}
 	for k := range p.Records {
 		f, err := strconv.ParseInt(k, 10, 64)
@@ -778,7 +779,7 @@ func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev u
 		if !isCode(err, http.StatusConflict) {
 			return err
 		}
-		var next lease
+		var next leaseObject
 		if _, err := s.c.do(ctx, http.MethodGet, s.leasePath(s.name), nil, nil, &next); err != nil {
 			if isCode(err, http.StatusNotFound) {
 				return nil
@@ -787,17 +788,17 @@ func (s *Store) rollForward(ctx context.Context, fleet *lease, p *pending, rev u
 		}
 		cur = &next
 	}
-	return fmt.Errorf("kubelease: the fleet object %s/%s changed under %d writes in a row: %w", s.ns, s.name, maxSteps, randflake.ErrStoreConflict)
+	return fmt.Errorf("kubelease: the fleet object %s/%s changed under %d writes in a row: %w", s.ns, s.name, maxSteps, lease.ErrStoreConflict)
 }
 
 // writeBlock writes one block's part of the commit rev: its record (if
 // hasRec) and, if release, frees its claim by holder. known, if not
 // nil, is the object as last seen, tried before reading it. It returns
 // the object as it wrote it, nil if it wrote none.
-func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string, hasRec, release bool, holder string, known *lease) (*lease, error) {
+func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string, hasRec, release bool, holder string, known *leaseObject) (*leaseObject, error) {
 	name := BlockName(s.name, f)
 	for try := 0; try < maxSteps; try++ {
-		var cur lease
+		var cur leaseObject
 		var err error
 		if try == 0 && known != nil {
 			cur = *known
@@ -812,7 +813,7 @@ func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string,
 			return nil, nil // nothing to free
 		}
 		if missing {
-			cur = lease{Metadata: objectMeta{Name: name}}
+			cur = leaseObject{Metadata: objectMeta{Name: name}}
 		}
 		if done, _ := strconv.ParseUint(cur.Metadata.Annotations[AnnotationStep], 10, 64); done >= rev {
 			return nil, nil // written already, or a later commit was
@@ -828,7 +829,7 @@ func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string,
 		if release && l.holder() == holder {
 			free(&l)
 		}
-		var out lease
+		var out leaseObject
 		if missing {
 			_, err = s.c.do(ctx, http.MethodPost, s.leasesPath(), nil, &l, &out)
 		} else {
@@ -841,7 +842,7 @@ func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string,
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("kubelease: %s/%s changed under %d writes in a row: %w", s.ns, name, maxSteps, randflake.ErrStoreConflict)
+	return nil, fmt.Errorf("kubelease: %s/%s changed under %d writes in a row: %w", s.ns, name, maxSteps, lease.ErrStoreConflict)
 }
 
 // Renew renews the claim: for each of its blocks' objects, an update of
@@ -853,13 +854,13 @@ func (s *Store) writeBlock(ctx context.Context, f int64, rev uint64, rec string,
 // another holder is ErrLeaseLost, reported with the identity and position
 // a list then finds (if the server answers it), so that a claim lost to a
 // restored etcd is known as the rollback it is.
-func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+func (s *Store) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
 	c, err := s.held(held)
 	if err != nil {
-		return randflake.StoreIdentity{}, err
+		return lease.StoreIdentity{}, err
 	}
 	if c == nil {
-		return randflake.StoreIdentity{}, errors.New("kubelease: renewal without a claim")
+		return lease.StoreIdentity{}, errors.New("kubelease: renewal without a claim")
 	}
 	ctx, cancel := s.bound(ctx, fmt.Sprintf("renewing node IDs %d-%d in %s/%s", c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns, s.name), c)
 	defer cancel()
@@ -875,13 +876,13 @@ func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake
 		cur := c.knownObject(f)
 		for try := 0; try < maxSteps && !done; try++ {
 			if cur == nil {
-				cur = &lease{}
+				cur = &leaseObject{}
 				_, err := s.c.do(ctx, http.MethodGet, s.leasePath(name), nil, nil, cur)
 				if isCode(err, http.StatusNotFound) {
 					return s.lostIdentity(ctx), s.lost(c, f, "its Lease object was deleted")
 				}
 				if err != nil {
-					return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
+					return lease.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
 				}
 				if cur.holder() != c.identity {
 					return s.lostIdentity(ctx), s.lost(c, f, fmt.Sprintf("its Lease object names the holder %q", cur.holder()))
@@ -890,7 +891,7 @@ func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake
 			cur.APIVersion, cur.Kind = "coordination.k8s.io/v1", "Lease"
 			cur.Spec.RenewTime = microTime(s.now())
 			cur.Spec.LeaseDurationSeconds = i32p(int32(s.ttl / time.Second))
-			var out lease
+			var out leaseObject
 			t0 := s.now()
 			rep, err := s.c.do(ctx, http.MethodPut, s.leasePath(name), nil, cur, &out)
 			rep.t0, rep.t1 = t0, s.now()
@@ -905,31 +906,31 @@ func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake
 				return s.lostIdentity(ctx), s.lost(c, f, "its Lease object was deleted")
 			}
 			if err != nil {
-				return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
+				return lease.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %w", f, f+s.layout.Size-1, err)
 			}
 			c.wrote(f, &out, time.Time{})
 			pos, last, done = rvOf(&out), rep, true
 		}
 		if !done {
-			return randflake.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %s/%s changed under %d updates in a row", f, f+s.layout.Size-1, s.ns, name, maxSteps)
+			return lease.StoreIdentity{}, fmt.Errorf("kubelease: renewing node IDs %d-%d: %s/%s changed under %d updates in a row", f, f+s.layout.Size-1, s.ns, name, maxSteps)
 		}
 	}
 	c.renewedAll(began)
 	if err := checkSkew(last, s.skew); err != nil {
-		return randflake.StoreIdentity{}, fmt.Errorf("%w (renewing node IDs %d-%d in %s)", err, c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns)
+		return lease.StoreIdentity{}, fmt.Errorf("%w (renewing node IDs %d-%d in %s)", err, c.blocks[0], c.blocks[len(c.blocks)-1]+s.layout.Size-1, s.ns)
 	}
-	return randflake.StoreIdentity{ID: s.identity(), Position: pos}, nil
+	return lease.StoreIdentity{ID: s.identity(), Position: pos}, nil
 }
 
 // lostIdentity returns the identity and position a list finds, or none if
 // the server does not answer: the fleet object's UID ("" if it is gone)
 // and the list's resource version.
-func (s *Store) lostIdentity(ctx context.Context) randflake.StoreIdentity {
+func (s *Store) lostIdentity(ctx context.Context) lease.StoreIdentity {
 	sn, err := s.list(ctx)
 	if err != nil {
-		return randflake.StoreIdentity{}
+		return lease.StoreIdentity{}
 	}
-	id := randflake.StoreIdentity{Position: sn.rev}
+	id := lease.StoreIdentity{Position: sn.rev}
 	if sn.fleet != nil {
 		id.ID = sn.fleet.Metadata.UID
 	}

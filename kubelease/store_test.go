@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/kubelease/kubetest"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -55,7 +55,7 @@ func TestClockSkewRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.now = func() time.Time { return time.Now().Add(off) }
-		bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.Layout(),
+		bs, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: testSecret, Layout: st.Layout(),
 			Now: func() time.Time { return time.Now().Add(off) }})
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +72,7 @@ func TestClockSkewRefused(t *testing.T) {
 	}
 	var offset time.Duration
 	st.now = func() time.Time { return time.Now().Add(offset) }
-	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.Layout()})
+	bs, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: testSecret, Layout: st.Layout()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestPendingStepWrittenOut(t *testing.T) {
 	dcli, _ := testClient(t, c, kubetest.User, "")
 	dcli.hc.Transport = dying.wrap(dcli.hc.Transport)
 	st.c = dcli
-	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.Layout()})
+	bs, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: testSecret, Layout: st.Layout()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,5 +187,5 @@ func takeoverOf(t *testing.T, cfg Config) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return int64(randflake.TakeoverWait(st.Info()) / time.Second)
+	return int64(lease.TakeoverWait(st.Info()) / time.Second)
 }

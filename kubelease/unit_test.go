@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // A kubeconfig's current context gives the server, the CA (a file
@@ -176,7 +176,7 @@ func TestConfigChecks(t *testing.T) {
 	// A TTL past the fleet's horizon is refused, naming both, unless the
 	// horizon is raised with it (rule 13 of docs/leases.md).
 	long := Config{Client: cli, Secret: []byte("0123456789abcdef"), TTL: 20 * time.Minute}
-	if _, err := New(long); !errors.Is(err, randflake.ErrBeyondHorizon) || !strings.Contains(err.Error(), "promise 20m0s ahead, beyond the fleet's horizon of 15s") {
+	if _, err := New(long); !errors.Is(err, lease.ErrBeyondHorizon) || !strings.Contains(err.Error(), "promise 20m0s ahead, beyond the fleet's horizon of 15s") {
 		t.Errorf("a TTL of 20m under the default horizon: %v, want ErrBeyondHorizon naming both", err)
 	}
 	long.Horizon = 20 * time.Minute

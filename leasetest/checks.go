@@ -10,6 +10,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 )
 
 // The subtests of clocks, partitions, impossible values and layouts.
@@ -92,7 +93,7 @@ func clockAhead(e *env) {
 	for range e.runs {
 		p := e.newProc("ahead", opts{ahead: time.Hour})
 		l, err := p.acquire()
-		if errors.Is(err, randflake.ErrNoFreeNodes) {
+		if errors.Is(err, lease.ErrNoFreeNodes) {
 			break
 		}
 		if err != nil {
@@ -134,7 +135,7 @@ func clockAhead(e *env) {
 	m, began := slowdown.Start(), time.Now()
 	lc, err := c.acquire()
 	took := time.Since(began)
-	if !errors.Is(err, randflake.ErrClockBehind) {
+	if !errors.Is(err, lease.ErrClockBehind) {
 		t.Errorf("with every free run touched by a clock an hour ahead, a true-clock claim returned lease %v, error %v; want ErrClockBehind", lc, err)
 	}
 	// Refused at once, not after waiting out a promise: within one,
@@ -261,11 +262,11 @@ func layoutMismatch(e *env) {
 	t := e.t
 	e.initialise()
 	ly := e.h.Layout
-	other := randflake.BlockLayout{FirstNode: ly.FirstNode, LastNode: ly.LastNode - ly.Size, Size: ly.Size}
+	other := lease.BlockLayout{FirstNode: ly.FirstNode, LastNode: ly.LastNode - ly.Size, Size: ly.Size}
 	p := e.newProc("other-layout", opts{layout: other})
 	began := time.Now()
 	l, err := p.acquire()
-	if !errors.Is(err, randflake.ErrFleetMismatch) {
+	if !errors.Is(err, lease.ErrFleetMismatch) {
 		t.Fatalf("a process configured for blocks of %d in %d-%d on a store of blocks of %d in %d-%d: lease %v, error %v; want ErrFleetMismatch",
 			other.Size, other.FirstNode, other.LastNode, ly.Size, ly.FirstNode, ly.LastNode, l, err)
 	}

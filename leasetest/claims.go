@@ -7,6 +7,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 )
 
 // The subtests of claims without faults, and of a crash.
@@ -32,7 +33,7 @@ func disjointClaims(e *env) {
 	extra := e.newProc("extra", opts{})
 	m, began := slowdown.Start(), time.Now()
 	l, err := extra.acquire()
-	if !errors.Is(err, randflake.ErrNoFreeNodes) {
+	if !errors.Is(err, lease.ErrNoFreeNodes) {
 		t.Errorf("a claim while every block is held: lease %v, error %v; want ErrNoFreeNodes", l, err)
 	}
 	// Refused at once, not after waiting a claim out: within a promise,

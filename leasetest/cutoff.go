@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // CutOff is a partition test of a store module's own: holder A, whose
@@ -39,7 +40,7 @@ func StartCutOff(t testing.TB, p *Proxy, secret []byte, a *randflake.Leased, cla
 	t.Helper()
 	r := &CutOff{t: t, p: p, secret: secret, A: Collect("A", a)}
 	time.Sleep(500 * time.Millisecond)
-	if err := claimB(context.Background()); !errors.Is(err, randflake.ErrNoFreeNodes) {
+	if err := claimB(context.Background()); !errors.Is(err, lease.ErrNoFreeNodes) {
 		t.Fatalf("claim while A holds the node IDs: %v, want ErrNoFreeNodes", err)
 	}
 	r.held = a.Lease()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // Cycles describes a run of ClaimReleaseCycles.
@@ -20,7 +21,7 @@ type Cycles struct {
 	Source func(w int) (randflake.LeaseSource, error)
 	// Refused reports whether a failed claim is a refusal, tried again
 	// (every block held, say); any other error fails the test. Nil:
-	// errors wrapping randflake.ErrNoFreeNodes.
+	// errors wrapping lease.ErrNoFreeNodes.
 	Refused func(err error) bool
 	// Last returns the second a release of lease l, at the worker's cycle
 	// i, records as the last one used: l.Start-1 for none, a second of l
@@ -55,7 +56,7 @@ func ClaimReleaseCycles(t testing.TB, c Cycles) (refusals int) {
 	t.Helper()
 	refused := c.Refused
 	if refused == nil {
-		refused = func(err error) bool { return errors.Is(err, randflake.ErrNoFreeNodes) }
+		refused = func(err error) bool { return errors.Is(err, lease.ErrNoFreeNodes) }
 	}
 	ctx := context.Background()
 	var mu sync.Mutex

@@ -1,4 +1,4 @@
-// Package leasetest checks a randflake.BlockStore against the rules of the
+// Package leasetest checks a lease.BlockStore against the rules of the
 // lease engine, in the spirit of testing/fstest: a store's tests fill in a
 // Harness (how to make a fresh store and how to fault it) and call Run,
 // which runs real generators on the store and proves, by collecting their
@@ -9,8 +9,8 @@
 //
 // A store keeps, per block of node IDs, an opaque record and a claim (who
 // holds the block, until when), plus one opaque fleet marker, and says
-// which history it holds (randflake.StoreIdentity). It implements three
-// methods of randflake.BlockStore; randflake.BlockSource, the engine,
+// which history it holds (lease.StoreIdentity). It implements three
+// methods of lease.BlockStore; lease.BlockSource, the engine,
 // applies every rule on top of them:
 //
 //   - Info says how claims behave in time: EndFor(t0), the last whole
@@ -23,8 +23,8 @@
 //     blocks (all of the fleet's layout, or those of the held claim) and
 //     the identity; one call of fn; and the changes fn returns applied all
 //     together or not at all. A step that another writer got in the way of
-//     is run again or returns randflake.ErrStoreConflict; a claim of a held
-//     block returns randflake.ErrBlockHeld; a held claim that is no longer
+//     is run again or returns lease.ErrStoreConflict; a claim of a held
+//     block returns lease.ErrBlockHeld; a held claim that is no longer
 //     the caller's returns an error wrapping randflake.ErrLeaseLost without
 //     calling fn. StoreView.Fresh is true only while the store was created
 //     empty by its own initialisation and no marker has been written.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 )
 
 // sinceStart measures the process's slowdown from its start (the package's
@@ -24,11 +25,11 @@ type env struct {
 	t    *testing.T
 	h    Harness
 	s    *Store
-	info randflake.StoreInfo
+	info lease.StoreInfo
 	runs int64 // runs of h.Blocks blocks in the layout
 	wait int64 // seconds a claim on unknown history waits at least
 	// takeover is the seconds any claim waits after it (rule 14 of
-	// docs/leases.md: randflake.TakeoverWait), unknown history aside.
+	// docs/leases.md: lease.TakeoverWait), unknown history aside.
 	takeover int64
 	budget   time.Duration // how long any one wait of the subtest may take on idle cores (see limit)
 	check    *Checker
@@ -53,7 +54,7 @@ func newEnv(t *testing.T, h Harness) *env {
 		t.Fatalf("leasetest: %s: the suite checks durable stores with a positive promise, not %+v", e.info.Name, e.info)
 	}
 	e.wait = ceilSeconds(e.info.Promise)
-	e.takeover = ceilSeconds(randflake.TakeoverWait(e.info))
+	e.takeover = ceilSeconds(lease.TakeoverWait(e.info))
 	e.budget = 4*time.Duration(e.wait)*time.Second + 4*e.info.MaxClockSkew + 20*time.Second
 	return e
 }
@@ -149,9 +150,9 @@ func (e *env) name(prefix string) string {
 }
 
 // open opens a handle as a new process would.
-func (e *env) open(p Process) randflake.BlockStore {
+func (e *env) open(p Process) lease.BlockStore {
 	e.t.Helper()
-	if p.Layout == (randflake.BlockLayout{}) {
+	if p.Layout == (lease.BlockLayout{}) {
 		p.Layout = e.h.Layout
 	}
 	s, err := e.s.Open(e.t, p)
@@ -168,7 +169,7 @@ func (e *env) open(p Process) randflake.BlockStore {
 type opts struct {
 	ahead   time.Duration // the process's clock is this far ahead
 	addr    string        // connect through this address
-	layout  randflake.BlockLayout
+	layout  lease.BlockLayout
 	idle    bool          // no load (a process that only holds its node IDs)
 	waitFor bool          // retry while every block is held (a successor waiting for a claim to lapse)
 	horizon time.Duration // the fleet's horizon (0: the store's promise)
@@ -181,9 +182,9 @@ type proc struct {
 	e     *env
 	name  string
 	o     opts
-	store randflake.BlockStore // as Open returned it (the Kill hook's argument)
+	store lease.BlockStore // as Open returned it (the Kill hook's argument)
 	timed *timedStore
-	src   *randflake.BlockSource
+	src   *lease.BlockSource
 	g     *randflake.Leased
 	col   *Collector
 	took  time.Duration // from the start of NewLeased to its return
@@ -207,14 +208,14 @@ func (e *env) newProc(prefix string, o opts) *proc {
 	p.store = e.open(pr)
 	p.timed = &timedStore{BlockStore: p.store}
 	layout := o.layout
-	if layout == (randflake.BlockLayout{}) {
+	if layout == (lease.BlockLayout{}) {
 		layout = e.h.Layout
 	}
 	secret := o.secret
 	if secret == nil {
 		secret = Secret()
 	}
-	src, err := randflake.NewBlockSource(p.timed, randflake.BlockSourceConfig{
+	src, err := lease.NewBlockSource(p.timed, lease.BlockSourceConfig{
 		Secret: secret, Layout: layout, Blocks: e.h.Blocks, Horizon: o.horizon, Now: p.now, Logger: e.log.With("process", p.name)})
 	if err != nil {
 		e.t.Fatalf("%s: NewBlockSource: %v", p.name, err)
@@ -253,7 +254,7 @@ func (p *proc) lease() error {
 			p.g = g
 			break
 		}
-		if !p.o.waitFor || !errors.Is(err, randflake.ErrNoFreeNodes) || ctx.Err() != nil {
+		if !p.o.waitFor || !errors.Is(err, lease.ErrNoFreeNodes) || ctx.Err() != nil {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -368,7 +369,7 @@ func (p *proc) runFor(d time.Duration) {
 // Update that returned it read the store (called its fn) for the last
 // time no earlier than begun, and had applied by done.
 type timedStore struct {
-	randflake.BlockStore
+	lease.BlockStore
 	mu          sync.Mutex
 	begun, done time.Time
 }
@@ -377,9 +378,9 @@ type timedStore struct {
 // when the step last called fn, with the view that decided the claim (a
 // step on a loaded machine or a busy store may call it seconds after it
 // began, or call it again after a conflict).
-func (s *timedStore) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (s *timedStore) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	var begun time.Time
-	c, err := s.BlockStore.Update(ctx, held, all, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	c, err := s.BlockStore.Update(ctx, held, all, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		begun = time.Now()
 		return fn(v)
 	})

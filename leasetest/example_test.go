@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -24,7 +24,7 @@ func ExampleRun() {
 }
 
 func memHarness() leasetest.Harness {
-	layout := randflake.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16}
+	layout := lease.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16}
 	return leasetest.Harness{
 		Layout:   layout,
 		Blocks:   2,

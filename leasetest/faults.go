@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // The subtests of history lost, edited or gone back.
@@ -214,7 +215,7 @@ func rollbackSeen(e *env) {
 	var seen error
 	for ; seen == nil; time.Sleep(20 * time.Millisecond) {
 		for _, err := range a.errors() {
-			if errors.Is(err, randflake.ErrLeaseLost) && errors.Is(err, randflake.ErrHistoryRolledBack) {
+			if errors.Is(err, randflake.ErrLeaseLost) && errors.Is(err, lease.ErrHistoryRolledBack) {
 				seen = err
 			}
 		}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // Harness is what a store's tests give Run: the fleet layout to use and a
@@ -13,7 +13,7 @@ type Harness struct {
 	// Layout is the fleet's division of node IDs into blocks. The suite
 	// claims every run of Blocks blocks at once in some subtests, so it
 	// should hold from 4 to 32 runs: for example 8 blocks of 16 node IDs.
-	Layout randflake.BlockLayout
+	Layout lease.BlockLayout
 	// Blocks is the number of consecutive blocks a claim takes (0: 1).
 	Blocks int64
 	// New returns a fresh store for one subtest: empty, initialised as
@@ -41,7 +41,7 @@ type Store struct {
 	// connection or file handles, nothing shared with earlier handles. It
 	// registers on t what closes the handle at the end (a close that
 	// releases nothing the handle's BlockSource did not release).
-	Open func(t *testing.T, p Process) (randflake.BlockStore, error)
+	Open func(t *testing.T, p Process) (lease.BlockStore, error)
 	// Addr is the store's TCP address (host:port), which Open connects
 	// to when p.Addr is empty; empty if the store has no network
 	// address. The suite puts a Proxy in front of it to cut one holder
@@ -52,7 +52,7 @@ type Store struct {
 	// process, like file locks, frees them as the process's death
 	// would), and every later call of the handle fails and changes
 	// nothing.
-	Kill func(t *testing.T, s randflake.BlockStore)
+	Kill func(t *testing.T, s lease.BlockStore)
 	// Wipe deletes everything the store keeps: claims, records and the
 	// fleet marker (as "etcdctl del --prefix" or "DELETE FROM" on every
 	// table would). The store then shows no sign of initialisation.
@@ -95,7 +95,7 @@ type Process struct {
 	Addr string
 	// Layout is the layout the process is configured with; it is the
 	// Harness's except in the subtest of a process configured otherwise.
-	Layout randflake.BlockLayout
+	Layout lease.BlockLayout
 	// Now is the process's clock, for a store that reads one (nil:
 	// time.Now). The suite offsets it to play a clock that jumped.
 	Now func() time.Time

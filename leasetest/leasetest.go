@@ -46,7 +46,7 @@ var subtests = []subtest{
 // Run checks a BlockStore against the rules of the lease engine. Each
 // subtest makes a fresh store with h.New, opens handles on it as separate
 // processes would, runs real generators (randflake.NewLeased on
-// randflake.NewBlockSource, under the secret Secret returns) under load,
+// lease.NewBlockSource, under the secret Secret returns) under load,
 // plays one fault with the Store's hooks, and collects every ID to look
 // for duplicates and for IDs outside their holder's lease:
 //
@@ -98,7 +98,7 @@ var subtests = []subtest{
 //   - AnotherFleet: a process under another fleet's secret is refused with
 //     ErrFleetMismatch and writes nothing (ReadMarker, if given); the
 //     holder keeps its claim, a newcomer of the fleet waits no more than a
-//     takeover (randflake.TakeoverWait).
+//     takeover (lease.TakeoverWait).
 //   - ReplayWhileHolding: an older, consistent copy (Save) put back while a
 //     holder issues: the holder stops within the detection bound, and a
 //     newcomer on its node IDs starts only after the holder's last second.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // The subtests of one member that differs from the rest of its fleet: a
@@ -27,8 +28,8 @@ func longerPromiseThenWipe(e *env) {
 	if promise >= 2*time.Second {
 		// A member configured with a horizon shorter than its promise.
 		h := e.open(Process{Name: e.name("short-horizon")})
-		_, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: Secret(), Layout: e.h.Layout, Blocks: e.h.Blocks, Horizon: promise - time.Second})
-		if !errors.Is(err, randflake.ErrBeyondHorizon) {
+		_, err := lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: Secret(), Layout: e.h.Layout, Blocks: e.h.Blocks, Horizon: promise - time.Second})
+		if !errors.Is(err, lease.ErrBeyondHorizon) {
 			t.Errorf("a member promising %v under a horizon of %v: %v, want ErrBeyondHorizon", promise, promise-time.Second, err)
 		}
 	}
@@ -106,7 +107,7 @@ func anotherFleet(e *env) {
 	}
 	o := e.newProc("other-fleet", opts{secret: []byte("other-fleet-key!")})
 	lo, err := o.acquire()
-	if !errors.Is(err, randflake.ErrFleetMismatch) || !strings.Contains(err.Error(), "another fleet's secret") {
+	if !errors.Is(err, lease.ErrFleetMismatch) || !strings.Contains(err.Error(), "another fleet's secret") {
 		t.Fatalf("a process under another fleet's secret: lease %v, error %v; want ErrFleetMismatch naming another fleet's secret", lo, err)
 	}
 	if e.s.ReadMarker != nil {

@@ -3,7 +3,7 @@ package leasetest
 import (
 	"testing"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // Hooks returns the backend as a Store for Run: handles opened with o
@@ -18,7 +18,7 @@ func (b *MemBackend) Hooks(o MemOptions) *Store {
 	addr := b.addr
 	b.mu.Unlock()
 	return &Store{
-		Open: func(t *testing.T, p Process) (randflake.BlockStore, error) {
+		Open: func(t *testing.T, p Process) (lease.BlockStore, error) {
 			o := o
 			o.Layout, o.Addr = p.Layout, p.Addr
 			h, err := b.Open(o)
@@ -28,7 +28,7 @@ func (b *MemBackend) Hooks(o MemOptions) *Store {
 			return h, err
 		},
 		Addr: addr,
-		Kill: func(t *testing.T, s randflake.BlockStore) {
+		Kill: func(t *testing.T, s lease.BlockStore) {
 			k, ok := s.(interface{ Kill() })
 			if !ok {
 				t.Fatalf("leasetest: %T is not a handle this backend opened", s)

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // MemBackend is an in-memory lease store shared by several processes, the
 // reference a store's author can copy: what a database server is to its
 // clients. Each process opens its own handle, a MemStore, which is the
-// randflake.BlockStore. The backend keeps, per block of node IDs, the
+// lease.BlockStore. The backend keeps, per block of node IDs, the
 // record BlockSource wrote and the claim on it (which handle, until
 // when), plus the fleet marker, an identity and a position (a counter of
 // its writes); its methods play the faults an operator or a failure
@@ -25,7 +26,7 @@ import (
 // step reads and applies with no one in between and conflicts cannot
 // happen.
 type MemBackend struct {
-	layout randflake.BlockLayout
+	layout lease.BlockLayout
 
 	mu       sync.Mutex
 	marker   []byte
@@ -63,7 +64,7 @@ func (h memHold) live(now time.Time) bool {
 
 // NewMemBackend returns an empty store for the fleet layout, created by
 // its own initialisation (StoreView.Fresh until a marker is written).
-func NewMemBackend(layout randflake.BlockLayout) (*MemBackend, error) {
+func NewMemBackend(layout lease.BlockLayout) (*MemBackend, error) {
 	if err := layout.Check(); err != nil {
 		return nil, err
 	}
@@ -71,7 +72,7 @@ func NewMemBackend(layout randflake.BlockLayout) (*MemBackend, error) {
 }
 
 // Layout returns the backend's layout.
-func (b *MemBackend) Layout() randflake.BlockLayout { return b.layout }
+func (b *MemBackend) Layout() lease.BlockLayout { return b.layout }
 
 // MemOptions configures a MemStore handle.
 type MemOptions struct {
@@ -86,7 +87,7 @@ type MemOptions struct {
 	// Layout is the layout of the process (zero: the backend's); a
 	// handle reads and claims the blocks of its own layout, as a process
 	// configured for another fleet would.
-	Layout randflake.BlockLayout
+	Layout lease.BlockLayout
 	// Addr, if set, is the backend's address (MemBackend.Serve), or a
 	// Proxy's in front of it: before each call the handle makes a round
 	// trip to it, and fails with ErrUnreachable if that fails, as a
@@ -97,7 +98,7 @@ type MemOptions struct {
 // Open returns a new handle on the backend, as a new process opens its
 // own connection.
 func (b *MemBackend) Open(o MemOptions) (*MemStore, error) {
-	if o.Layout == (randflake.BlockLayout{}) {
+	if o.Layout == (lease.BlockLayout{}) {
 		o.Layout = b.layout
 	}
 	if err := o.Layout.Check(); err != nil {
@@ -117,7 +118,7 @@ func (b *MemBackend) Open(o MemOptions) (*MemStore, error) {
 	return &MemStore{b: b, o: o}, nil
 }
 
-// MemStore is one process's handle on a MemBackend: a randflake.BlockStore.
+// MemStore is one process's handle on a MemBackend: a lease.BlockStore.
 // Its claims lapse TTL after they were last made or renewed, by the real
 // clock; StoreInfo.EndFor(t0) is the last whole second ending a margin
 // (a tenth of the TTL) before t0 + TTL.
@@ -139,8 +140,8 @@ var errKilled = errors.New("leasetest: the handle was killed")
 func (s *MemStore) Backend() *MemBackend { return s.b }
 
 // Info describes the handle's claims.
-func (s *MemStore) Info() randflake.StoreInfo {
-	info := randflake.StoreInfo{Name: "memory store", Promise: s.o.Promise, Durable: true}
+func (s *MemStore) Info() lease.StoreInfo {
+	info := lease.StoreInfo{Name: "memory store", Promise: s.o.Promise, Durable: true}
 	if ttl := s.o.TTL; ttl > 0 {
 		margin := ttl / 10
 		info.EndFor = func(t0 time.Time) int64 { return t0.Add(ttl-margin).Unix() - 1 }
@@ -172,12 +173,12 @@ func (s *MemStore) usable(ctx context.Context) error {
 }
 
 // identity returns the backend's identity; b.mu is held.
-func (b *MemBackend) identity() randflake.StoreIdentity {
-	return randflake.StoreIdentity{ID: fmt.Sprintf("mem-%d", b.gen), Position: b.position}
+func (b *MemBackend) identity() lease.StoreIdentity {
+	return lease.StoreIdentity{ID: fmt.Sprintf("mem-%d", b.gen), Position: b.position}
 }
 
 // ours checks that held is a live claim of s; b.mu is held.
-func (s *MemStore) ours(held randflake.StoreClaim, now time.Time) (*memClaim, error) {
+func (s *MemStore) ours(held lease.StoreClaim, now time.Time) (*memClaim, error) {
 	c, ok := held.(*memClaim)
 	if !ok || c.owner != s {
 		return nil, fmt.Errorf("leasetest: %T is not a claim of this handle", held)
@@ -190,9 +191,9 @@ func (s *MemStore) ours(held randflake.StoreClaim, now time.Time) (*memClaim, er
 	return c, nil
 }
 
-// Update runs one atomic step (see randflake.BlockStore): it reads and
+// Update runs one atomic step (see lease.BlockStore): it reads and
 // applies under the backend's lock.
-func (s *MemStore) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (s *MemStore) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -208,7 +209,7 @@ func (s *MemStore) Update(ctx context.Context, held randflake.StoreClaim, all bo
 		}
 	}
 	id := b.identity()
-	v := &randflake.StoreView{Identity: id, NextID: id.ID, Marker: clone(b.marker), Fresh: b.fresh}
+	v := &lease.StoreView{Identity: id, NextID: id.ID, Marker: clone(b.marker), Fresh: b.fresh}
 	var read []int64
 	switch {
 	case all:
@@ -223,7 +224,7 @@ func (s *MemStore) Update(ctx context.Context, held randflake.StoreClaim, all bo
 	for _, f := range read {
 		h := b.claims[f]
 		// A held claim's own blocks are Held while they are still its.
-		v.Blocks = append(v.Blocks, randflake.BlockState{First: f, Last: f + s.o.Layout.Size - 1,
+		v.Blocks = append(v.Blocks, lease.BlockState{First: f, Last: f + s.o.Layout.Size - 1,
 			Record: clone(b.records[f]), Held: h.live(now) && (c == nil || h.claim == c)})
 		readSet[f] = true
 	}
@@ -249,7 +250,7 @@ func (s *MemStore) Update(ctx context.Context, held randflake.StoreClaim, all bo
 			delete(b.claims, f)
 		}
 	}
-	var result randflake.StoreClaim = held
+	var result lease.StoreClaim = held
 	if len(ch.Claim) > 0 {
 		nc := &memClaim{owner: s, blocks: append([]int64(nil), ch.Claim...)}
 		for _, f := range nc.blocks {
@@ -266,7 +267,7 @@ func (s *MemStore) Update(ctx context.Context, held randflake.StoreClaim, all bo
 // check refuses changes that break the step's rules: records of blocks
 // not read, a release without a claim, a claim of blocks that are not
 // consecutive blocks of the layout or are held by someone else.
-func (s *MemStore) check(ch *randflake.StoreChanges, c *memClaim, read map[int64]bool, now time.Time) error {
+func (s *MemStore) check(ch *lease.StoreChanges, c *memClaim, read map[int64]bool, now time.Time) error {
 	for f := range ch.Records {
 		if !read[f] {
 			return fmt.Errorf("leasetest: a record written for node IDs from %d, a block the step did not read", f)
@@ -281,7 +282,7 @@ func (s *MemStore) check(ch *randflake.StoreChanges, c *memClaim, read map[int64
 			return fmt.Errorf("leasetest: claim of %v: not consecutive blocks of the layout", ch.Claim)
 		}
 		if h := s.b.claims[f]; h.live(now) && !(ch.Release && h.claim == c) {
-			return fmt.Errorf("%w (node IDs from %d)", randflake.ErrBlockHeld, f)
+			return fmt.Errorf("%w (node IDs from %d)", lease.ErrBlockHeld, f)
 		}
 	}
 	return nil
@@ -299,9 +300,9 @@ func (s *MemStore) expiry(now time.Time) time.Time {
 // taken over is ErrLeaseLost; the identity is reported with the loss too,
 // so that a holder can tell a store that went back from a claim that
 // merely lapsed.
-func (s *MemStore) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+func (s *MemStore) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
 	if err := s.usable(ctx); err != nil {
-		return randflake.StoreIdentity{}, err
+		return lease.StoreIdentity{}, err
 	}
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
@@ -445,7 +446,7 @@ func (b *MemBackend) RewindPosition(n uint64) {
 }
 
 // Identity returns the backend's identity and position.
-func (b *MemBackend) Identity() randflake.StoreIdentity {
+func (b *MemBackend) Identity() lease.StoreIdentity {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.identity()

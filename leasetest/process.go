@@ -19,6 +19,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 )
 
 // Holders in processes of their own, for tests that SIGKILL one: the test
@@ -30,7 +31,7 @@ import (
 // returns at once:
 //
 //	func TestMain(m *testing.M) {
-//		leasetest.HolderMain(func(arg string) (randflake.BlockStore, error) {
+//		leasetest.HolderMain(func(arg string) (lease.BlockStore, error) {
 //			return openMyStore(arg) // arg: what StartHolder was given
 //		})
 //		os.Exit(m.Run())
@@ -64,7 +65,7 @@ type HolderConfig struct {
 	// through its environment, never its arguments or output.
 	Secret []byte
 	// Layout and Blocks configure the child's BlockSource.
-	Layout randflake.BlockLayout
+	Layout lease.BlockLayout
 	Blocks int64
 	// Horizon is BlockSourceConfig.Horizon (0: the store's promise).
 	Horizon time.Duration
@@ -78,7 +79,7 @@ type HolderConfig struct {
 type holderSpec struct {
 	Arg     string
 	Secret  string // hex
-	Layout  randflake.BlockLayout
+	Layout  lease.BlockLayout
 	Blocks  int64
 	Horizon time.Duration
 	Run     time.Duration
@@ -92,7 +93,7 @@ const idRecordSize = 16
 // HolderMain runs the holder and exits if this process was started by
 // StartHolder; otherwise it returns at once. Call it first in TestMain,
 // with the function that opens the module's store from HolderConfig.Arg.
-func HolderMain(open func(arg string) (randflake.BlockStore, error)) {
+func HolderMain(open func(arg string) (lease.BlockStore, error)) {
 	raw, ok := os.LookupEnv(holderEnv)
 	if !ok {
 		return
@@ -103,18 +104,18 @@ func HolderMain(open func(arg string) (randflake.BlockStore, error)) {
 	switch {
 	case err == nil:
 		os.Exit(0)
-	case errors.Is(err, randflake.ErrNoFreeNodes):
+	case errors.Is(err, lease.ErrNoFreeNodes):
 		code = exitNoFreeNodes
-	case errors.Is(err, randflake.ErrClockBehind):
+	case errors.Is(err, lease.ErrClockBehind):
 		code = exitClockBehind
-	case errors.Is(err, randflake.ErrFleetMismatch):
+	case errors.Is(err, lease.ErrFleetMismatch):
 		code = exitFleetMismatch
 	}
 	fmt.Println("ERR", strings.ReplaceAll(err.Error(), "\n", " "))
 	os.Exit(code)
 }
 
-func runHolder(raw string, open func(string) (randflake.BlockStore, error)) error {
+func runHolder(raw string, open func(string) (lease.BlockStore, error)) error {
 	var spec holderSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		return fmt.Errorf("the holder's spec: %w", err)
@@ -127,7 +128,7 @@ func runHolder(raw string, open func(string) (randflake.BlockStore, error)) erro
 	if err != nil {
 		return fmt.Errorf("opening the store: %w", err)
 	}
-	src, err := randflake.NewBlockSource(store, randflake.BlockSourceConfig{
+	src, err := lease.NewBlockSource(store, lease.BlockSourceConfig{
 		Secret: secret, Layout: spec.Layout, Blocks: spec.Blocks, Horizon: spec.Horizon})
 	if err != nil {
 		return err
@@ -347,7 +348,7 @@ func ClaimAfterKill(t testing.TB, killedAt time.Time, within, poll time.Duration
 		if err == nil {
 			return g, refused
 		}
-		if !errors.Is(err, randflake.ErrNoFreeNodes) {
+		if !errors.Is(err, lease.ErrNoFreeNodes) {
 			t.Fatal(err)
 		}
 		if limit := m.Stretch(within); time.Since(killedAt) > limit {
@@ -410,11 +411,11 @@ func (h *Holder) exitError() error {
 	if errors.As(h.err, &ee) {
 		switch ee.ExitCode() {
 		case exitNoFreeNodes:
-			reason = randflake.ErrNoFreeNodes
+			reason = lease.ErrNoFreeNodes
 		case exitClockBehind:
-			reason = randflake.ErrClockBehind
+			reason = lease.ErrClockBehind
 		case exitFleetMismatch:
-			reason = randflake.ErrFleetMismatch
+			reason = lease.ErrFleetMismatch
 		}
 	}
 	msg := h.errMsg

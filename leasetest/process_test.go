@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 func TestMain(m *testing.M) {
@@ -18,13 +18,13 @@ func TestMain(m *testing.M) {
 
 // processLayout is the layout of the holder processes' stores (and of the
 // proxy test's echo server): 4 blocks of 16 node IDs.
-var processLayout = randflake.BlockLayout{FirstNode: 0, LastNode: 63, Size: 16}
+var processLayout = lease.BlockLayout{FirstNode: 0, LastNode: 63, Size: 16}
 
 // openForHolder opens a store of the holder's own (a process cannot share
 // a MemBackend; the modules' tests share etcd, PostgreSQL or a directory):
 // "mem" a fresh one, "full" one whose every block someone else holds,
 // anything else fails.
-func openForHolder(arg string) (randflake.BlockStore, error) {
+func openForHolder(arg string) (lease.BlockStore, error) {
 	b, err := NewMemBackend(processLayout)
 	if err != nil {
 		return nil, err
@@ -38,8 +38,8 @@ func openForHolder(arg string) (randflake.BlockStore, error) {
 			f, _ := processLayout.Block(i)
 			all = append(all, f)
 		}
-		if _, err := other.Update(context.Background(), nil, false, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
-			return &randflake.StoreChanges{Claim: all}, nil
+		if _, err := other.Update(context.Background(), nil, false, func(*lease.StoreView) (*lease.StoreChanges, error) {
+			return &lease.StoreChanges{Claim: all}, nil
 		}); err != nil {
 			return nil, err
 		}
@@ -109,7 +109,7 @@ func TestHolderRunsAndExits(t *testing.T) {
 func TestHolderErrors(t *testing.T) {
 	t.Parallel()
 	full := StartHolder(t, HolderConfig{Name: "late", Arg: "full", Layout: processLayout})
-	if err := full.Wait(30 * time.Second); !errors.Is(err, randflake.ErrNoFreeNodes) {
+	if err := full.Wait(30 * time.Second); !errors.Is(err, lease.ErrNoFreeNodes) {
 		t.Errorf("a holder on a full store: %v, want ErrNoFreeNodes", err)
 	}
 	bad := StartHolder(t, HolderConfig{Name: "lost", Arg: "nowhere", Layout: processLayout})

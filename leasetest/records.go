@@ -13,7 +13,7 @@ import (
 // they hold with the seconds of the IDs issued, and writes records and
 // markers of its own (signed under the suite's secret, as a writer with
 // a bug would) to check that impossible values are never trusted. The
-// formats are documented in the root package (leaserecord.go): a record
+// formats are documented in package lease (leaserecord.go): a record
 // is "rfb1 FIRST LAST UNTIL AT TAG", a marker "rfm1 k=v ... tag=TAG", TAG
 // the first 16 bytes of an HMAC-SHA-256, in hex, under a key derived from
 // the fleet secret.

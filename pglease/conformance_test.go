@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	"github.com/randflake/randflake/pglease/pgtest"
 )
@@ -31,7 +31,7 @@ func TestConformance(t *testing.T) {
 }
 
 // conformanceLayout is the suite's layout: 8 blocks of 16 node IDs.
-var conformanceLayout = randflake.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16}
+var conformanceLayout = lease.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16}
 
 // conformanceStore is one subtest's store: a table, the server it is on
 // (which a rollback replaces by a promoted copy) and the handles opened.
@@ -82,7 +82,7 @@ func (cs *conformanceStore) hooks() *leasetest.Store {
 
 // open opens a handle: a store on a pool of its own, connecting to the
 // current server, or through p.Addr.
-func (cs *conformanceStore) open(t *testing.T, p leasetest.Process) (randflake.BlockStore, error) {
+func (cs *conformanceStore) open(t *testing.T, p leasetest.Process) (lease.BlockStore, error) {
 	pc, err := pgxpool.ParseConfig(cs.server.DSN())
 	if err != nil {
 		return nil, err
@@ -130,7 +130,7 @@ func (cs *conformanceStore) open(t *testing.T, p leasetest.Process) (randflake.B
 }
 
 // kill closes a handle's pool: its claims stay, and its later calls fail.
-func (cs *conformanceStore) kill(t *testing.T, s randflake.BlockStore) {
+func (cs *conformanceStore) kill(t *testing.T, s lease.BlockStore) {
 	st, _ := s.(*store)
 	cs.mu.Lock()
 	pool := cs.handles[st]

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	"github.com/randflake/randflake/pglease/pgtest"
 )
@@ -177,5 +178,5 @@ func takeoverOf(t *testing.T, cfg Config) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return int64(randflake.TakeoverWait(st.Info()) / time.Second)
+	return int64(lease.TakeoverWait(st.Info()) / time.Second)
 }

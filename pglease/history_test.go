@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	"github.com/randflake/randflake/pglease/pgtest"
 )
@@ -384,7 +385,7 @@ func TestTimelineChange(t *testing.T) {
 	errMu.Lock()
 	lost := false
 	for _, err := range errsC {
-		lost = lost || errors.Is(err, randflake.ErrHistoryRolledBack)
+		lost = lost || errors.Is(err, lease.ErrHistoryRolledBack)
 	}
 	if !lost {
 		t.Errorf("C saw no ErrHistoryRolledBack: %v", errsC)

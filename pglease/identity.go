@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
-// The store's identity (randflake.StoreIdentity) is read in the same
+// The store's identity (lease.StoreIdentity) is read in the same
 // statement as the rest of a step or a renewal, from a subquery w holding
 // the current WAL location as lsn:
 //
@@ -39,20 +39,20 @@ func identityColumns(sysid bool) string {
 }
 
 // makeIdentity builds the identity from what identityColumns read.
-func makeIdentity(sysid *string, timeline, position string) (randflake.StoreIdentity, error) {
+func makeIdentity(sysid *string, timeline, position string) (lease.StoreIdentity, error) {
 	tl, err := strconv.ParseUint(timeline, 16, 32)
 	if err != nil {
-		return randflake.StoreIdentity{}, fmt.Errorf("pglease: the server's WAL file name starts with %q, not a timeline", timeline)
+		return lease.StoreIdentity{}, fmt.Errorf("pglease: the server's WAL file name starts with %q, not a timeline", timeline)
 	}
 	pos, err := strconv.ParseUint(position, 10, 64)
 	if err != nil {
-		return randflake.StoreIdentity{}, fmt.Errorf("pglease: the server's WAL location %q is not a number", position)
+		return lease.StoreIdentity{}, fmt.Errorf("pglease: the server's WAL location %q is not a number", position)
 	}
 	id := fmt.Sprintf("timeline %d", tl)
 	if sysid != nil {
 		id = fmt.Sprintf("system %s timeline %d", *sysid, tl)
 	}
-	return randflake.StoreIdentity{ID: id, Position: pos}, nil
+	return lease.StoreIdentity{ID: id, Position: pos}, nil
 }
 
 // sysidReadable reports whether the role may call pg_control_system(),

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 func TestMakeIdentity(t *testing.T) {
@@ -33,7 +33,7 @@ func TestMakeIdentity(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || id != (randflake.StoreIdentity{ID: c.id, Position: c.position}) {
+		if err != nil || id != (lease.StoreIdentity{ID: c.id, Position: c.position}) {
 			t.Errorf("%q, %q: %+v, %v; want %q at %d", c.timeline, c.pos, id, err, c.id, c.position)
 		}
 	}
@@ -43,10 +43,10 @@ func TestMakeIdentity(t *testing.T) {
 // read.
 type identityRecorder struct {
 	*store
-	ids []randflake.StoreIdentity
+	ids []lease.StoreIdentity
 }
 
-func (r *identityRecorder) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+func (r *identityRecorder) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
 	id, err := r.store.Renew(ctx, held)
 	if err == nil {
 		r.ids = append(r.ids, id)
@@ -99,10 +99,10 @@ func TestUnprivilegedRole(t *testing.T) {
 	// claim claims, renews twice and releases as the role, and returns
 	// the identity and positions the renewals read, and how long the
 	// claim took.
-	claim := func(what string) (randflake.StoreIdentity, time.Duration) {
+	claim := func(what string) (lease.StoreIdentity, time.Duration) {
 		t.Helper()
 		st := &identityRecorder{store: openStore(t, cfg)}
-		s, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.layout})
+		s, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: testSecret, Layout: st.layout})
 		if err != nil {
 			t.Fatal(err)
 		}

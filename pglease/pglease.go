@@ -6,8 +6,8 @@
 // The package is a storage layer only. The rules that make leases safe
 // (where a lease starts, the promises recorded before seconds are used,
 // unknown or rolled-back history waited out, clocks behind a block's
-// record) live in the lease engine, randflake.BlockSource; this package
-// is the randflake.BlockStore it runs on, and Source is the engine on that
+// record) live in the lease engine, lease.BlockSource; this package
+// is the lease.BlockStore it runs on, and Source is the engine on that
 // store. docs/leases.md states the rules.
 //
 // # The tables
@@ -94,7 +94,7 @@
 // location. A failover to a replica, or a point-in-time or base-backup
 // restore that ends recovery, starts a new timeline: the identity changes,
 // a holder drops its claim at its next renewal or promise (randflake.
-// ErrLeaseLost wrapping randflake.ErrHistoryRolledBack), and the next
+// ErrLeaseLost wrapping lease.ErrHistoryRolledBack), and the next
 // claims wait out the longest promise. A WAL position lower than one a
 // running process saw, under the same identity, is treated the same way.
 // Rows deleted, edited or put back from an older copy while the marker
@@ -132,7 +132,7 @@
 //     server's clock_timestamp() does not step back.
 //   - Every process of the fleet uses the same table, secret, node range
 //     and Nodes (the marker records the layout; a process configured
-//     otherwise is refused with randflake.ErrFleetMismatch), and nothing
+//     otherwise is refused with lease.ErrFleetMismatch), and nothing
 //     else writes to the tables. Every member has the same
 //     Config.Horizon, at least its TTL.
 package pglease
@@ -147,6 +147,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // Defaults of Config.
@@ -165,10 +166,10 @@ const (
 // lease engine's own.
 var (
 	// ErrNoFreeNodes: every block of node IDs is claimed.
-	ErrNoFreeNodes = randflake.ErrNoFreeNodes
+	ErrNoFreeNodes = lease.ErrNoFreeNodes
 	// ErrClockBehind: the free blocks were used up to seconds ahead of this
 	// machine's clock (it may have stepped back).
-	ErrClockBehind = randflake.ErrClockBehind
+	ErrClockBehind = lease.ErrClockBehind
 	// ErrCorrupt: a row of the blocks table that no process of this
 	// package can have written: node IDs that are not a block of any
 	// size (possible only with the table's checks dropped).
@@ -239,7 +240,7 @@ type Config struct {
 }
 
 // Source is a randflake.LeaseSource on a PostgreSQL table: the lease
-// engine (randflake.BlockSource) on the table's store. It holds at most
+// engine (lease.BlockSource) on the table's store. It holds at most
 // one lease at a time; use one Source per generator. It is safe for
 // concurrent use.
 type Source struct {
@@ -247,7 +248,7 @@ type Source struct {
 	owned bool // pool opened from Config.DSN
 	red   redactor
 	st    *store
-	bs    *randflake.BlockSource
+	bs    *lease.BlockSource
 }
 
 // New returns a lease source on PostgreSQL. Config.Secret is required: the
@@ -280,7 +281,7 @@ func New(cfg Config) (*Source, error) {
 		s.pool, s.owned = pool, true
 	}
 	st.pool, st.red = s.pool, s.red
-	s.bs, err = randflake.NewStoreSource(st, randflake.StoreSourceConfig{
+	s.bs, err = lease.NewStoreSource(st, lease.StoreSourceConfig{
 		Name:    "pglease",
 		Secret:  cfg.Secret,
 		Layout:  st.layout,
@@ -308,7 +309,7 @@ func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Lease
 	if err != nil {
 		return nil, err
 	}
-	return randflake.NewStoreLeased(ctx, src, randflake.StoreLeasedConfig{
+	return lease.NewStoreLeased(ctx, src, lease.StoreLeasedConfig{
 		Name:    "pglease",
 		Secret:  secret,
 		Shards:  cfg.Shards,
@@ -326,7 +327,7 @@ func (s *Source) Close() {
 	}
 }
 
-// Acquire claims Config.Nodes node IDs (see randflake.BlockSource.Acquire):
+// Acquire claims Config.Nodes node IDs (see lease.BlockSource.Acquire):
 // a free block whose recorded seconds have passed, or else the free block
 // whose seconds pass first, waiting for them within ctx while keeping the
 // claim alive. Every block claimed is ErrNoFreeNodes; tables missing or of
@@ -367,7 +368,7 @@ func (s *Source) ResetHistory(ctx context.Context) error {
 // Status reads the tables in one step and describes the fleet marker and
 // every block (holder, record, promise) and the server's clock, writing
 // nothing: randflake lease status.
-func (s *Source) Status(ctx context.Context) (randflake.FleetStatus, error) {
+func (s *Source) Status(ctx context.Context) (lease.FleetStatus, error) {
 	st, err := s.bs.Status(ctx)
 	return st, s.red.scrub(err)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -29,7 +30,7 @@ func TestConfig(t *testing.T) {
 	defer s.Close()
 	st := s.st
 	if st.n.blocks != `"randflake_blocks"` || st.n.version != `"randflake_blocks_schema"` ||
-		st.layout != (randflake.BlockLayout{FirstNode: 0, LastNode: randflake.MaxNode, Size: DefaultNodes}) ||
+		st.layout != (lease.BlockLayout{FirstNode: 0, LastNode: randflake.MaxNode, Size: DefaultNodes}) ||
 		st.ttl != DefaultTTL || st.skew != DefaultMaxClockSkew || st.holder == "" {
 		t.Errorf("defaults: %+v", st)
 	}
@@ -47,7 +48,7 @@ func TestConfig(t *testing.T) {
 	if s2.st.n.blocks != `"my app"."ids""x"` || s2.st.n.version != `"my app"."ids""x_schema"` || s2.st.n.display != `my app.ids"x` {
 		t.Errorf("quoted names: %s, %s, %s", s2.st.n.blocks, s2.st.n.version, s2.st.n.display)
 	}
-	if s2.st.layout != (randflake.BlockLayout{FirstNode: 10, LastNode: 18, Size: 3}) {
+	if s2.st.layout != (lease.BlockLayout{FirstNode: 10, LastNode: 18, Size: 3}) {
 		t.Errorf("layout of 3 node IDs in 10-20: %+v", s2.st.layout)
 	}
 	for _, c := range []Config{
@@ -209,10 +210,10 @@ func TestRefusedWhenAllHeld(t *testing.T) {
 	// by the claiming statement itself, and the holder keeps its claim.
 	racer, _ := New(cfg)
 	for _, held := range []randflake.Lease{g1.Lease(), g2.Lease()} {
-		_, err := racer.st.Update(ctx, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
-			return &randflake.StoreChanges{Claim: []int64{held.FirstNode}}, nil
+		_, err := racer.st.Update(ctx, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) {
+			return &lease.StoreChanges{Claim: []int64{held.FirstNode}}, nil
 		})
-		if !errors.Is(err, randflake.ErrBlockHeld) {
+		if !errors.Is(err, lease.ErrBlockHeld) {
 			t.Fatalf("claim of the held block %v ignoring the reading: %v, want ErrBlockHeld", held, err)
 		}
 	}
@@ -223,7 +224,7 @@ func TestRefusedWhenAllHeld(t *testing.T) {
 	wide := cfg
 	wide.Nodes = 32
 	ws, _ := New(wide)
-	if l, err := ws.Acquire(ctx); !errors.Is(err, randflake.ErrFleetMismatch) {
+	if l, err := ws.Acquire(ctx); !errors.Is(err, lease.ErrFleetMismatch) {
 		t.Fatalf("claimant of 32 node IDs over blocks of 16: %v, %v; want ErrFleetMismatch", l, err)
 	} else {
 		t.Logf("claimant of another block size: %v", err)
@@ -360,10 +361,10 @@ func TestClockSkewRefused(t *testing.T) {
 	ctx := context.Background()
 	var ahead atomic.Int64 // nanoseconds the clock is ahead
 	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
-	source := func() *randflake.BlockSource {
+	source := func() *lease.BlockSource {
 		st := openStore(t, cfg)
 		st.now = clock
-		bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.layout, Now: clock})
+		bs, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: testSecret, Layout: st.layout, Now: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -449,15 +450,15 @@ type stepCounter struct {
 	renewals, writes int
 }
 
-func (c *stepCounter) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+func (c *stepCounter) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
 	c.mu.Lock()
 	c.renewals++
 	c.mu.Unlock()
 	return c.store.Renew(ctx, held)
 }
 
-func (c *stepCounter) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
-	return c.store.Update(ctx, held, all, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+func (c *stepCounter) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
+	return c.store.Update(ctx, held, all, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		ch, err := fn(v)
 		if err == nil && held != nil && ch != nil && len(ch.Records) > 0 && !ch.Release {
 			c.mu.Lock()
@@ -475,7 +476,7 @@ func TestPromiseWrites(t *testing.T) {
 	t.Parallel()
 	cfg := tableConfig(t, "promises", 15)
 	st := &stepCounter{store: openStore(t, cfg)}
-	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: testSecret, Layout: st.layout})
+	bs, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: testSecret, Layout: st.layout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -28,13 +28,13 @@ func holderArg(dsn, table string, lastNode int64) string {
 }
 
 // holderLayout is the layout of a holder on node IDs 0..lastNode.
-func holderLayout(lastNode int64) randflake.BlockLayout {
-	return randflake.BlockLayout{FirstNode: 0, LastNode: lastNode, Size: 16}
+func holderLayout(lastNode int64) lease.BlockLayout {
+	return lease.BlockLayout{FirstNode: 0, LastNode: lastNode, Size: 16}
 }
 
 // openHolderStore opens, in a holder process, the store holderArg
 // described, on a pool of its own, with the tests' TTL and clock bound.
-func openHolderStore(arg string) (randflake.BlockStore, error) {
+func openHolderStore(arg string) (lease.BlockStore, error) {
 	f := strings.Split(arg, "\t")
 	if len(f) != 3 {
 		return nil, fmt.Errorf("holder argument %q: want DSN, table and last node", arg)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // concurrently runs f from n goroutines at once and returns their errors.
@@ -314,7 +315,7 @@ func TestRowsChecked(t *testing.T) {
 	}{
 		{1, 0, ErrCorrupt},
 		{1, randflake.MaxNode + 1, ErrCorrupt},
-		{1, 2, randflake.ErrFleetMismatch},
+		{1, 2, lease.ErrFleetMismatch},
 	} {
 		if _, err := pool.Exec(ctx, `INSERT INTO `+table+` (first_node, last_node) VALUES ($1, $2)
 			ON CONFLICT (first_node) DO UPDATE SET last_node = $2`, c.first, c.last); err != nil {

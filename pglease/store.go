@@ -14,16 +14,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
-// store is the randflake.BlockStore on a blocks table and its
+// store is the lease.BlockStore on a blocks table and its
 // schema-version table: the storage primitives of the lease engine, and
 // nothing else (see the package documentation).
 type store struct {
 	pool    *pgxpool.Pool
 	red     redactor
 	n       names
-	layout  randflake.BlockLayout
+	layout  lease.BlockLayout
 	ttl     time.Duration
 	skew    time.Duration
 	horizon time.Duration // the fleet\'s bound on promises (Config.Horizon)
@@ -36,7 +37,7 @@ type store struct {
 	sysidKnown bool
 }
 
-// claimHandle is the store's handle on a claim (randflake.StoreClaim).
+// claimHandle is the store's handle on a claim (lease.StoreClaim).
 type claimHandle struct {
 	token  string  // random, known only to the holder
 	blocks []int64 // first node IDs of the claimed blocks
@@ -63,7 +64,7 @@ func newStore(cfg Config) (*store, error) {
 		return nil, fmt.Errorf("pglease: %d node IDs per block: want 1 to %d, the size of the range %d-%d", nodes, last-first+1, first, last)
 	}
 	// Node IDs past the last whole block are not used.
-	st.layout = randflake.BlockLayout{FirstNode: first, LastNode: first + (last-first+1)/nodes*nodes - 1, Size: nodes}
+	st.layout = lease.BlockLayout{FirstNode: first, LastNode: first + (last-first+1)/nodes*nodes - 1, Size: nodes}
 	if st.ttl == 0 {
 		st.ttl = DefaultTTL
 	}
@@ -94,8 +95,8 @@ func newStore(cfg Config) (*store, error) {
 // Every holder's clock is within MaxClockSkew of the server's, so two
 // holders' clocks are within twice that of each other: the bound the
 // engine needs when it waits out what an unknown holder may have promised.
-func (st *store) Info() randflake.StoreInfo {
-	return randflake.StoreInfo{
+func (st *store) Info() lease.StoreInfo {
+	return lease.StoreInfo{
 		Name:         "postgres " + st.n.display,
 		EndFor:       func(t0 time.Time) int64 { return endFor(t0, st.ttl, st.skew) },
 		Promise:      st.ttl,
@@ -121,7 +122,7 @@ func (st *store) opTimeout() time.Duration {
 var stretchOp func(time.Duration) time.Duration
 
 // handle returns the store's handle of held, nil if held is nil.
-func (st *store) handle(held randflake.StoreClaim) (*claimHandle, error) {
+func (st *store) handle(held lease.StoreClaim) (*claimHandle, error) {
 	if held == nil {
 		return nil, nil
 	}
@@ -133,10 +134,10 @@ func (st *store) handle(held randflake.StoreClaim) (*claimHandle, error) {
 }
 
 // Update runs one step of the engine in one transaction (see
-// randflake.BlockStore): it locks the schema-version row, which serialises
+// lease.BlockStore): it locks the schema-version row, which serialises
 // the steps of every process on the table, reads the marker, the rows and
 // the server's identity, calls fn, applies its changes and commits.
-func (st *store) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (st *store) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	h, err := st.handle(held)
 	if err != nil {
 		return nil, err
@@ -184,7 +185,7 @@ type step struct {
 	tx      pgx.Tx
 	held    *claimHandle
 	all     bool
-	view    randflake.StoreView
+	view    lease.StoreView
 	readSet map[int64]bool // first node IDs of the blocks read
 	// expired claims on blocks read (first node -> previous holder), to
 	// log when they are taken over
@@ -285,7 +286,7 @@ func (s *step) readAll(ctx context.Context) error {
 		}
 		if r.first < lay.FirstNode || (r.first-lay.FirstNode)%lay.Size != 0 || r.last != r.first+lay.Size-1 || r.last > lay.LastNode {
 			return fmt.Errorf("%w: %s holds node IDs %d-%d as one block; this process is configured for blocks of %d node IDs in %d-%d (does Config.Nodes or the node range differ between processes?)",
-				randflake.ErrFleetMismatch, st.n.display, r.first, r.last, lay.Size, lay.FirstNode, lay.LastNode)
+				lease.ErrFleetMismatch, st.n.display, r.first, r.last, lay.Size, lay.FirstNode, lay.LastNode)
 		}
 		byFirst[r.first] = r
 	}
@@ -296,10 +297,10 @@ func (s *step) readAll(ctx context.Context) error {
 	}
 	s.readSet = make(map[int64]bool, lay.Count())
 	s.expired = map[int64]string{}
-	s.view.Blocks = make([]randflake.BlockState, 0, lay.Count())
+	s.view.Blocks = make([]lease.BlockState, 0, lay.Count())
 	for i := int64(0); i < lay.Count(); i++ {
 		first, last := lay.Block(i)
-		b := randflake.BlockState{First: first, Last: last}
+		b := lease.BlockState{First: first, Last: last}
 		if r, ok := byFirst[first]; ok {
 			b.Record, b.Held = recordBytes(r.record), r.held
 			if s.held != nil && r.token != nil && *r.token == s.held.token {
@@ -338,7 +339,7 @@ func (s *step) readHeld(ctx context.Context) error {
 	for _, f := range s.held.blocks {
 		r := byFirst[f]
 		s.readSet[f] = true
-		s.view.Blocks = append(s.view.Blocks, randflake.BlockState{First: r.first, Last: r.last, Record: recordBytes(r.record), Held: true})
+		s.view.Blocks = append(s.view.Blocks, lease.BlockState{First: r.first, Last: r.last, Record: recordBytes(r.record), Held: true})
 	}
 	return nil
 }
@@ -362,9 +363,9 @@ func (st *store) lost(first int64) error {
 }
 
 // apply writes ch: claims, then records, then the marker, then the release.
-func (s *step) apply(ctx context.Context, ch *randflake.StoreChanges) (randflake.StoreClaim, error) {
+func (s *step) apply(ctx context.Context, ch *lease.StoreChanges) (lease.StoreClaim, error) {
 	st := s.st
-	var res randflake.StoreClaim
+	var res lease.StoreClaim
 	if s.held != nil {
 		res = s.held
 	}
@@ -397,7 +398,7 @@ func (s *step) apply(ctx context.Context, ch *randflake.StoreChanges) (randflake
 			return nil, st.dbError(fmt.Sprintf("writing the record of node IDs %d-%d", first, first+st.layout.Size-1), err)
 		}
 		if tag.RowsAffected() != 1 {
-			return nil, fmt.Errorf("pglease: %s: the row of node IDs %d-%d changed during the step: %w", st.n.display, first, first+st.layout.Size-1, randflake.ErrStoreConflict)
+			return nil, fmt.Errorf("pglease: %s: the row of node IDs %d-%d changed during the step: %w", st.n.display, first, first+st.layout.Size-1, lease.ErrStoreConflict)
 		}
 	}
 	if ch.Marker != nil {
@@ -406,7 +407,7 @@ func (s *step) apply(ctx context.Context, ch *randflake.StoreChanges) (randflake
 			return nil, st.dbError("writing the fleet marker", err)
 		}
 		if tag.RowsAffected() != 1 {
-			return nil, fmt.Errorf("pglease: %s: the version row changed during the step: %w", st.n.version, randflake.ErrStoreConflict)
+			return nil, fmt.Errorf("pglease: %s: the version row changed during the step: %w", st.n.version, lease.ErrStoreConflict)
 		}
 	}
 	if ch.Release {
@@ -416,7 +417,7 @@ func (s *step) apply(ctx context.Context, ch *randflake.StoreChanges) (randflake
 			return nil, st.dbError("releasing the claim", err)
 		}
 		if tag.RowsAffected() != int64(len(s.held.blocks)) {
-			return nil, fmt.Errorf("pglease: %s: the claim changed during the step: %w", st.n.display, randflake.ErrStoreConflict)
+			return nil, fmt.Errorf("pglease: %s: the claim changed during the step: %w", st.n.display, lease.ErrStoreConflict)
 		}
 		res = nil
 	}
@@ -426,7 +427,7 @@ func (s *step) apply(ctx context.Context, ch *randflake.StoreChanges) (randflake
 // check refuses changes the step cannot make: claims of blocks that are
 // not blocks of the layout or were not read, records of blocks not read, a
 // release without a claim.
-func (s *step) check(ch *randflake.StoreChanges) error {
+func (s *step) check(ch *lease.StoreChanges) error {
 	st := s.st
 	if len(ch.Claim) > 0 && s.held != nil {
 		return fmt.Errorf("pglease: %s: a step both holds a claim and claims blocks", st.n.display)
@@ -465,9 +466,9 @@ func (s *step) claim(ctx context.Context, firsts []int64) (*claimHandle, error) 
 		var pe *pgconn.PgError
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			return nil, fmt.Errorf("pglease: %s: node IDs %d-%d: %w", st.n.display, f, f+st.layout.Size-1, randflake.ErrBlockHeld)
+			return nil, fmt.Errorf("pglease: %s: node IDs %d-%d: %w", st.n.display, f, f+st.layout.Size-1, lease.ErrBlockHeld)
 		case errors.As(err, &pe) && (pe.Code == "23P01" || pe.Code == "23505"): // exclusion or unique violation
-			return nil, fmt.Errorf("pglease: %s: node IDs %d-%d overlap a block claimed meanwhile: %w", st.n.display, f, f+st.layout.Size-1, randflake.ErrBlockHeld)
+			return nil, fmt.Errorf("pglease: %s: node IDs %d-%d overlap a block claimed meanwhile: %w", st.n.display, f, f+st.layout.Size-1, lease.ErrBlockHeld)
 		case err != nil:
 			return nil, st.dbError(fmt.Sprintf("claiming node IDs %d-%d", f, f+st.layout.Size-1), err)
 		}
@@ -492,17 +493,17 @@ func (s *step) logTakeovers() {
 // Renew moves the claim's expiry to one TTL after the server's clock, in
 // one statement conditioned on the claim's token, and reads the server's
 // clock (checked against this machine's) and identity with it.
-func (st *store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+func (st *store) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
 	h, err := st.handle(held)
 	if err != nil {
-		return randflake.StoreIdentity{}, err
+		return lease.StoreIdentity{}, err
 	}
 	if h == nil {
-		return randflake.StoreIdentity{}, fmt.Errorf("pglease: %s: renewal without a claim", st.n.display)
+		return lease.StoreIdentity{}, fmt.Errorf("pglease: %s: renewal without a claim", st.n.display)
 	}
 	sysid, err := st.sysidReadable(ctx)
 	if err != nil {
-		return randflake.StoreIdentity{}, err
+		return lease.StoreIdentity{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, st.opTimeout())
 	defer cancel()
@@ -520,13 +521,13 @@ func (st *store) Renew(ctx context.Context, held randflake.StoreClaim) (randflak
 		h.blocks, h.token, st.ttl.Milliseconds()).Scan(&renewed, &srv, &sys, &timeline, &wpos)
 	t1 := st.now()
 	if err != nil {
-		return randflake.StoreIdentity{}, st.dbError(fmt.Sprintf("renewing the claim on node IDs %d-%d", h.blocks[0], h.blocks[len(h.blocks)-1]+st.layout.Size-1), err)
+		return lease.StoreIdentity{}, st.dbError(fmt.Sprintf("renewing the claim on node IDs %d-%d", h.blocks[0], h.blocks[len(h.blocks)-1]+st.layout.Size-1), err)
 	}
 	if renewed != len(h.blocks) {
-		return randflake.StoreIdentity{}, st.lost(h.blocks[0])
+		return lease.StoreIdentity{}, st.lost(h.blocks[0])
 	}
 	if err := checkSkew(t0, t1, srv, st.skew); err != nil {
-		return randflake.StoreIdentity{}, fmt.Errorf("%w (renewing the claim on node IDs %d-%d of table %s)", err, h.blocks[0], h.blocks[len(h.blocks)-1]+st.layout.Size-1, st.n.display)
+		return lease.StoreIdentity{}, fmt.Errorf("%w (renewing the claim on node IDs %d-%d of table %s)", err, h.blocks[0], h.blocks[len(h.blocks)-1]+st.layout.Size-1, st.n.display)
 	}
 	return makeIdentity(sys, timeline, wpos)
 }
@@ -541,7 +542,7 @@ func (st *store) dbError(what string, err error) error {
 		case "42P01": // undefined table
 			return st.red.scrub(fmt.Errorf("%w: %s (%w)", ErrNoSchema, st.n.display, err))
 		case "40001", "40P01": // serialization failure, deadlock
-			return st.red.scrub(fmt.Errorf("pglease: %s: %s: %w (%w)", st.n.display, what, randflake.ErrStoreConflict, err))
+			return st.red.scrub(fmt.Errorf("pglease: %s: %s: %w (%w)", st.n.display, what, lease.ErrStoreConflict, err))
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || (errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014")) {

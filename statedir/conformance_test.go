@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 	// Its directories are its own; it waits alongside the other tests.
 	t.Parallel()
 	leasetest.Run(t, leasetest.Harness{
-		Layout: randflake.BlockLayout{FirstNode: 0, LastNode: 8*BlockSize - 1, Size: BlockSize},
+		Layout: lease.BlockLayout{FirstNode: 0, LastNode: 8*BlockSize - 1, Size: BlockSize},
 		Blocks: 1,
 		New:    newConformanceStore,
 		// Each subtest has a directory of its own; directories are cheap.
@@ -71,7 +71,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		}
 	}
 	return &leasetest.Store{
-		Open: func(t *testing.T, p leasetest.Process) (randflake.BlockStore, error) {
+		Open: func(t *testing.T, p leasetest.Process) (lease.BlockStore, error) {
 			if p.Layout.Size != BlockSize {
 				return nil, fmt.Errorf("statedir: blocks of %d node IDs: a state directory's blocks are of %d", p.Layout.Size, BlockSize)
 			}
@@ -87,7 +87,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 			t.Cleanup(h.close)
 			return h, nil
 		},
-		Kill: func(t *testing.T, s randflake.BlockStore) {
+		Kill: func(t *testing.T, s lease.BlockStore) {
 			h, ok := s.(*handle)
 			if !ok {
 				t.Fatalf("Kill of %T, not a handle of the state directory", s)
@@ -205,7 +205,7 @@ type handle struct {
 var errKilled = errors.New("statedir: the process was killed")
 
 // Update runs a step unless the handle was killed.
-func (h *handle) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (h *handle) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.dead {
@@ -215,11 +215,11 @@ func (h *handle) Update(ctx context.Context, held randflake.StoreClaim, all bool
 }
 
 // Renew checks the claim unless the handle was killed.
-func (h *handle) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+func (h *handle) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.dead {
-		return randflake.StoreIdentity{}, errKilled
+		return lease.StoreIdentity{}, errKilled
 	}
 	return h.Store.Renew(ctx, held)
 }

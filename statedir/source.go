@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // Options configures a Source.
@@ -111,12 +112,12 @@ func (o Options) check() (checked, error) {
 }
 
 // Source is a randflake.LeaseSource on a state directory: the lease
-// engine (randflake.BlockSource, whose methods it has: Acquire, Renew,
+// engine (lease.BlockSource, whose methods it has: Acquire, Renew,
 // Release, ResetHistory) on the directory's Store. It holds at most one
 // lease at a time; use one Source per generator. It is safe for concurrent
 // use.
 type Source struct {
-	*randflake.BlockSource
+	*lease.BlockSource
 	store       *Store
 	nodes       int64 // multiple of BlockSize
 	first, last int64 // block-aligned node range
@@ -138,7 +139,7 @@ func (d *Dir) Source(opts Options) (*Source, error) {
 		return nil, err
 	}
 	st := d.store(opts, c)
-	bs, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{
+	bs, err := lease.NewBlockSource(st, lease.BlockSourceConfig{
 		Secret:  d.secret,
 		Layout:  st.layout,
 		Blocks:  c.nodes / BlockSize,

@@ -16,7 +16,7 @@ import (
 	"github.com/randflake/randflake"
 )
 
-// The state file holds what the lease engine (randflake.BlockSource)
+// The state file holds what the lease engine (lease.BlockSource)
 // keeps in the directory, in a frame of the directory's own:
 //
 //	randflake statedir 3

@@ -13,7 +13,7 @@
 //	                milliseconds) and holds the directory's generation
 //	blocks/NNNN     one lock file per block of 64 node IDs (flock)
 //
-// A Source is the lease engine of package randflake (randflake.BlockSource,
+// A Source is the lease engine of package lease (lease.BlockSource,
 // which applies the rules of docs/leases.md, "The rules") on the
 // directory's Store, which provides the storage: claims, records, marker.
 //
@@ -132,6 +132,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // BlockSize is the number of node IDs per lock file: claims are made of
@@ -151,17 +152,17 @@ var (
 	// recorded for every free block of node IDs, so it stepped back (or
 	// another process's clock ran ahead); no block is used until the clock
 	// has caught up with its record.
-	ErrClockBehind = randflake.ErrClockBehind
+	ErrClockBehind = lease.ErrClockBehind
 	// ErrNoFreeNodes: every range of node IDs is claimed by a running
 	// process (or used up).
-	ErrNoFreeNodes = randflake.ErrNoFreeNodes
+	ErrNoFreeNodes = lease.ErrNoFreeNodes
 	// ErrFleetMismatch: the state records another node range than this
 	// process was configured with (Options.FirstNode, LastNode).
-	ErrFleetMismatch = randflake.ErrFleetMismatch
+	ErrFleetMismatch = lease.ErrFleetMismatch
 	// ErrHistoryRolledBack: the state file went back (an older copy was
 	// put back) while this process held a lease; the lease is lost, and
 	// the history counts as unknown.
-	ErrHistoryRolledBack = randflake.ErrHistoryRolledBack
+	ErrHistoryRolledBack = lease.ErrHistoryRolledBack
 	// ErrUnsupported: this platform has no flock.
 	ErrUnsupported = errors.New("statedir: node-ID claims need flock, which this platform lacks")
 )

@@ -20,6 +20,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 )
 
 func openTest(t *testing.T) *Dir {
@@ -271,14 +272,14 @@ func TestSourceOptions(t *testing.T) {
 	if info.Name != "state directory "+d.Path() || info.EndFor != nil || info.Promise != DefaultHorizon || !info.Durable || info.MaxClockSkew != 0 {
 		t.Errorf("store info %+v", info)
 	}
-	if l := s.Store().Layout(); l != (randflake.BlockLayout{FirstNode: 0, LastNode: randflake.MaxNode, Size: BlockSize}) {
+	if l := s.Store().Layout(); l != (lease.BlockLayout{FirstNode: 0, LastNode: randflake.MaxNode, Size: BlockSize}) {
 		t.Errorf("layout %+v", l)
 	}
 	s = newSource(t, d, Options{Nodes: 65, Horizon: 1500 * time.Millisecond, FirstNode: 128, LastNode: 383})
 	if s.nodes != 128 || s.horizon != 2 || s.Store().Info().Promise != 2*time.Second {
 		t.Errorf("rounding: nodes %d, horizon %d, promise %v", s.nodes, s.horizon, s.Store().Info().Promise)
 	}
-	if l := s.Store().Layout(); l != (randflake.BlockLayout{FirstNode: 128, LastNode: 383, Size: BlockSize}) {
+	if l := s.Store().Layout(); l != (lease.BlockLayout{FirstNode: 128, LastNode: 383, Size: BlockSize}) {
 		t.Errorf("layout %+v", l)
 	}
 	for _, c := range []struct {
@@ -305,10 +306,10 @@ func TestSourceOptions(t *testing.T) {
 // The package's errors are the engine's, so errors.Is matches either.
 func TestErrorsAreTheEngines(t *testing.T) {
 	for _, c := range []struct{ ours, engine error }{
-		{ErrClockBehind, randflake.ErrClockBehind},
-		{ErrNoFreeNodes, randflake.ErrNoFreeNodes},
-		{ErrFleetMismatch, randflake.ErrFleetMismatch},
-		{ErrHistoryRolledBack, randflake.ErrHistoryRolledBack},
+		{ErrClockBehind, lease.ErrClockBehind},
+		{ErrNoFreeNodes, lease.ErrNoFreeNodes},
+		{ErrFleetMismatch, lease.ErrFleetMismatch},
+		{ErrHistoryRolledBack, lease.ErrHistoryRolledBack},
 	} {
 		if c.ours != c.engine {
 			t.Errorf("%v is not the engine's %v", c.ours, c.engine)

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
-// Store is a randflake.BlockStore on a state directory: the storage
+// Store is a lease.BlockStore on a state directory: the storage
 // primitives of the lease engine, for the processes of one machine.
 //
 //   - A claim on a block is an flock on its lock file, blocks/NNNN (NNNN =
@@ -30,11 +31,11 @@ import (
 //     A state file put back from an older copy is seen as history that
 //     went back.
 //
-// A Store is used by one randflake.BlockSource at a time, as the
+// A Store is used by one lease.BlockSource at a time, as the
 // interface requires; Dir.Source makes both.
 type Store struct {
 	dir      *Dir
-	layout   randflake.BlockLayout
+	layout   lease.BlockLayout
 	promise  time.Duration
 	external bool
 	log      *slog.Logger
@@ -54,7 +55,7 @@ type storeClaim struct {
 	files  []*os.File // their lock files; nil once released or lost
 }
 
-// Store returns the state directory as a randflake.BlockStore, with the
+// Store returns the state directory as a lease.BlockStore, with the
 // node range, horizon and secret origin of opts (Options.Nodes is ignored:
 // the claim size is the engine's, BlockSourceConfig.Blocks). Most callers
 // want Source, which puts the lease engine on it.
@@ -71,18 +72,18 @@ func (d *Dir) Store(opts Options) (*Store, error) {
 }
 
 func (d *Dir) store(opts Options, c checked) *Store {
-	return &Store{dir: d, layout: randflake.BlockLayout{FirstNode: c.first, LastNode: c.last, Size: BlockSize},
+	return &Store{dir: d, layout: lease.BlockLayout{FirstNode: c.first, LastNode: c.last, Size: BlockSize},
 		promise: time.Duration(c.horizon) * time.Second, external: opts.ExternalSecret, log: c.log}
 }
 
 // Layout returns the division of the store's node IDs into blocks.
-func (s *Store) Layout() randflake.BlockLayout { return s.layout }
+func (s *Store) Layout() lease.BlockLayout { return s.layout }
 
 // Info describes the store: flocks that never expire while their holder
 // lives, promises of Options.Horizon, recorded durably, and one machine's
 // clock.
-func (s *Store) Info() randflake.StoreInfo {
-	return randflake.StoreInfo{
+func (s *Store) Info() lease.StoreInfo {
+	return lease.StoreInfo{
 		Name:    "state directory " + s.dir.path,
 		EndFor:  nil,
 		Promise: s.promise,
@@ -91,7 +92,7 @@ func (s *Store) Info() randflake.StoreInfo {
 }
 
 // claimOf checks a handle given to the store.
-func (s *Store) claimOf(held randflake.StoreClaim) (*storeClaim, error) {
+func (s *Store) claimOf(held lease.StoreClaim) (*storeClaim, error) {
 	if held == nil {
 		return nil, nil
 	}
@@ -148,10 +149,10 @@ func (s *Store) current() *storeClaim {
 // the state file, the generation and (for every block of the layout, if
 // all is set) which blocks someone holds, calls fn, and applies its
 // changes: it locks the blocks claimed (all of them or none:
-// randflake.ErrBlockHeld), records the next generation in the lock file,
+// lease.ErrBlockHeld), records the next generation in the lock file,
 // writes the state file, and then releases the held claim if asked.
 // Nothing else writes while the lock is held, so a step never conflicts.
-func (s *Store) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (s *Store) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	c, err := s.claimOf(held)
 	if err != nil {
 		return nil, err
@@ -200,7 +201,7 @@ const (
 
 // reading is what a step read.
 type reading struct {
-	view    *randflake.StoreView
+	view    *lease.StoreView
 	st      state
 	gen     int64  // the lock file's generation, -1 if unreadable
 	damaged []byte // the state file's bytes, if it failed its check
@@ -235,8 +236,8 @@ func (s *Store) read(lock *os.File, c *storeClaim, all bool) (*reading, error) {
 		r.st = st
 	}
 	next := max(gen, r.st.generation) + 1
-	v := &randflake.StoreView{
-		Identity: randflake.StoreIdentity{ID: generationID(gen)},
+	v := &lease.StoreView{
+		Identity: lease.StoreIdentity{ID: generationID(gen)},
 		NextID:   generationID(next),
 		Marker:   r.st.marker,
 		Fresh:    r.st.fresh && r.st.generation == gen && !s.external,
@@ -261,12 +262,12 @@ func (s *Store) read(lock *os.File, c *storeClaim, all bool) (*reading, error) {
 		}
 		for i := int64(0); i < s.layout.Count(); i++ {
 			first, last := s.layout.Block(i)
-			v.Blocks = append(v.Blocks, randflake.BlockState{First: first, Last: last, Record: r.st.records[first], Held: heldNow[first]})
+			v.Blocks = append(v.Blocks, lease.BlockState{First: first, Last: last, Record: r.st.records[first], Held: heldNow[first]})
 			r.blocks[first] = true
 		}
 	} else if c != nil {
 		for _, first := range c.firsts {
-			v.Blocks = append(v.Blocks, randflake.BlockState{First: first, Last: first + BlockSize - 1, Record: r.st.records[first], Held: true})
+			v.Blocks = append(v.Blocks, lease.BlockState{First: first, Last: first + BlockSize - 1, Record: r.st.records[first], Held: true})
 			r.blocks[first] = true
 		}
 	}
@@ -275,7 +276,7 @@ func (s *Store) read(lock *os.File, c *storeClaim, all bool) (*reading, error) {
 }
 
 // apply applies a step's changes. It returns the new claim, if any.
-func (s *Store) apply(lock *os.File, r *reading, c *storeClaim, ch *randflake.StoreChanges) (*storeClaim, error) {
+func (s *Store) apply(lock *os.File, r *reading, c *storeClaim, ch *lease.StoreChanges) (*storeClaim, error) {
 	for f, raw := range ch.Records {
 		if !r.blocks[f] {
 			return nil, fmt.Errorf("statedir: %s: a step writes the record of node %d, which it did not read", s.dir.path, f)
@@ -328,7 +329,7 @@ func (s *Store) lockClaim(r *reading, c *storeClaim, firsts []int64) (*storeClai
 			if err != nil {
 				return nil, err
 			}
-			return nil, fmt.Errorf("statedir: %s: node IDs %d-%d: %w", s.dir.path, f, f+BlockSize-1, randflake.ErrBlockHeld)
+			return nil, fmt.Errorf("statedir: %s: node IDs %d-%d: %w", s.dir.path, f, f+BlockSize-1, lease.ErrBlockHeld)
 		}
 		claimed.files = append(claimed.files, file)
 	}
@@ -340,7 +341,7 @@ func (s *Store) lockClaim(r *reading, c *storeClaim, firsts []int64) (*storeClai
 
 // write records the next generation in the lock file, then writes the
 // state file with the step's marker and records.
-func (s *Store) write(lock *os.File, r *reading, ch *randflake.StoreChanges) error {
+func (s *Store) write(lock *os.File, r *reading, ch *lease.StoreChanges) error {
 	next := max(r.gen, r.st.generation) + 1
 	st := state{
 		generation: next,
@@ -383,15 +384,15 @@ func (s *Store) write(lock *os.File, r *reading, ch *randflake.StoreChanges) err
 // Renew checks that the claim still holds its lock files. A flock does
 // not expire, so there is nothing else to renew; the identity returned is
 // the directory's generation now.
-func (s *Store) Renew(ctx context.Context, held randflake.StoreClaim) (randflake.StoreIdentity, error) {
+func (s *Store) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
 	c, err := s.claimOf(held)
 	if err != nil {
-		return randflake.StoreIdentity{}, err
+		return lease.StoreIdentity{}, err
 	}
 	if c == nil {
-		return randflake.StoreIdentity{}, fmt.Errorf("statedir: %s: no claim to renew", s.dir.path)
+		return lease.StoreIdentity{}, fmt.Errorf("statedir: %s: no claim to renew", s.dir.path)
 	}
-	var id randflake.StoreIdentity
+	var id lease.StoreIdentity
 	err = s.dir.locked(ctx, func(lock *os.File) error {
 		if err := c.live(); err != nil {
 			return err

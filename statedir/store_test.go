@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // step runs one Update of st with fn.
-func step(t *testing.T, st *Store, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func step(t *testing.T, st *Store, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	t.Helper()
 	return st.Update(context.Background(), held, all, fn)
 }
@@ -28,20 +29,20 @@ func TestStorePrimitives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v0 randflake.StoreView
+	var v0 lease.StoreView
 	marker := []byte("  a marker, with spaces  ")
 	records := map[int64][]byte{0: []byte("rec 0 \t x"), 64: {}, 192: []byte("r")}
-	if _, err := step(t, st, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	if _, err := step(t, st, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		v0 = *v
-		return &randflake.StoreChanges{Marker: marker, Records: records}, nil
+		return &lease.StoreChanges{Marker: marker, Records: records}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if !v0.Fresh || v0.Marker != nil || len(v0.Blocks) != 4 || v0.Identity.ID != "gen 1" || v0.NextID != "gen 2" {
 		t.Errorf("the first view of a new directory: %+v", v0)
 	}
-	var v1 randflake.StoreView
-	step(t, st, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) { v1 = *v; return nil, nil })
+	var v1 lease.StoreView
+	step(t, st, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) { v1 = *v; return nil, nil })
 	if v1.Fresh || string(v1.Marker) != string(marker) || v1.Identity.ID != "gen 2" {
 		t.Errorf("after the first write: fresh %v, marker %q, identity %+v", v1.Fresh, v1.Marker, v1.Identity)
 	}
@@ -60,13 +61,13 @@ func TestStorePrimitives(t *testing.T) {
 	// directory's lock) holds block 64: a claim of 0 and 64 fails and
 	// leaves block 0 free.
 	other := must(d.lockBlock(64))
-	_, err = step(t, st, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	_, err = step(t, st, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		if !v.Blocks[1].Held || v.Blocks[0].Held {
 			t.Errorf("held: %+v", v.Blocks)
 		}
-		return &randflake.StoreChanges{Claim: []int64{0, 64}}, nil
+		return &lease.StoreChanges{Claim: []int64{0, 64}}, nil
 	})
-	if !errors.Is(err, randflake.ErrBlockHeld) {
+	if !errors.Is(err, lease.ErrBlockHeld) {
 		t.Fatalf("claim of a held block: %v, want ErrBlockHeld", err)
 	}
 	if f := must(d.lockBlock(0)); f == nil {
@@ -77,37 +78,37 @@ func TestStorePrimitives(t *testing.T) {
 	other.Close()
 
 	// A claim, a step on it alone, its release.
-	c, err := step(t, st, nil, true, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
-		return &randflake.StoreChanges{Claim: []int64{128, 192}}, nil
+	c, err := step(t, st, nil, true, func(*lease.StoreView) (*lease.StoreChanges, error) {
+		return &lease.StoreChanges{Claim: []int64{128, 192}}, nil
 	})
 	if err != nil || c == nil {
 		t.Fatalf("claim: %v, %v", c, err)
 	}
-	_, err = step(t, st, c, false, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	_, err = step(t, st, c, false, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		if len(v.Blocks) != 2 || v.Blocks[0].First != 128 || !v.Blocks[0].Held || string(v.Blocks[1].Record) != "r" {
 			t.Errorf("the held claim's view: %+v", v.Blocks)
 		}
-		return &randflake.StoreChanges{Records: map[int64][]byte{0: []byte("x")}}, nil
+		return &lease.StoreChanges{Records: map[int64][]byte{0: []byte("x")}}, nil
 	})
 	if err == nil || !strings.Contains(err.Error(), "did not read") {
 		t.Errorf("a record of a block not read: %v", err)
 	}
-	for _, bad := range []*randflake.StoreChanges{
+	for _, bad := range []*lease.StoreChanges{
 		{Marker: []byte("two\nlines")},
 		{Records: map[int64][]byte{128: []byte("two\nlines")}},
 		{Records: map[int64][]byte{128: make([]byte, maxStoredValue+1)}},
 		{Claim: []int64{0}},
 	} {
-		if _, err := step(t, st, c, false, func(*randflake.StoreView) (*randflake.StoreChanges, error) { return bad, nil }); err == nil {
+		if _, err := step(t, st, c, false, func(*lease.StoreView) (*lease.StoreChanges, error) { return bad, nil }); err == nil {
 			t.Errorf("changes %+v accepted", bad)
 		}
 	}
-	if _, err := step(t, st, c, false, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
-		return &randflake.StoreChanges{Release: true}, nil
+	if _, err := step(t, st, c, false, func(*lease.StoreView) (*lease.StoreChanges, error) {
+		return &lease.StoreChanges{Release: true}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := step(t, st, c, false, func(*randflake.StoreView) (*randflake.StoreChanges, error) {
+	if _, err := step(t, st, c, false, func(*lease.StoreView) (*lease.StoreChanges, error) {
 		t.Error("fn called on a released claim")
 		return nil, nil
 	}); !errors.Is(err, randflake.ErrLeaseLost) {
@@ -121,8 +122,8 @@ func TestStorePrimitives(t *testing.T) {
 		t.Error("a claim of another store accepted")
 	}
 	// Nothing written: the generation stayed where it was.
-	var v2 randflake.StoreView
-	step(t, st, nil, true, func(v *randflake.StoreView) (*randflake.StoreChanges, error) { v2 = *v; return nil, nil })
+	var v2 lease.StoreView
+	step(t, st, nil, true, func(v *lease.StoreView) (*lease.StoreChanges, error) { v2 = *v; return nil, nil })
 	if v2.Identity.ID != "gen 2" {
 		t.Errorf("identity %q after steps that wrote nothing, want gen 2", v2.Identity.ID)
 	}

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/kubelease"
+	"github.com/randflake/randflake/lease"
 )
 
 // kubeFlags are serve's flags for node IDs from Kubernetes Lease objects
@@ -65,7 +65,7 @@ func (l *leaseFlags) openKubernetes(ctx context.Context, log *slog.Logger, secre
 		Nodes: l.claim, TTL: l.kube.ttl, Horizon: l.kube.horizon, MaxClockSkew: l.kube.skew, Logger: log,
 	})
 	if err != nil {
-		if errors.Is(err, randflake.ErrBeyondHorizon) {
+		if errors.Is(err, lease.ErrBeyondHorizon) {
 			return nil, usagef("%v: give every member of the fleet the same --kube-horizon ($RANDFLAKE_KUBE_HORIZON), at least --kube-ttl", err)
 		}
 		return nil, fmt.Errorf("kubernetes: %w", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/statedir"
 )
 
@@ -51,7 +52,7 @@ func (c *leaseStatusCmd) envConfigured() {}
 
 // statusReader is a source that can describe its store.
 type statusReader interface {
-	Status(ctx context.Context) (randflake.FleetStatus, error)
+	Status(ctx context.Context) (lease.FleetStatus, error)
 }
 
 func (c *leaseStatusCmd) run(e *env, args []string) error {
@@ -130,7 +131,7 @@ func second(sec int64, now time.Time) string {
 	return time.Unix(sec, 0).UTC().Format("2006-01-02T15:04:05Z") + " (" + rel + ")"
 }
 
-func writeStatusText(w io.Writer, st randflake.FleetStatus) {
+func writeStatusText(w io.Writer, st lease.FleetStatus) {
 	fmt.Fprintf(w, "store:    %s (identity %q, position %d)\n", st.Store, st.Identity.ID, st.Identity.Position)
 	clock := "this machine " + st.Read.UTC().Format(time.RFC3339Nano)
 	if !st.StoreClock.IsZero() {
@@ -251,7 +252,7 @@ type blockStatusJSON struct {
 	Free    int64  `json:"free_from,omitempty"`
 }
 
-func writeStatusJSON(w io.Writer, st randflake.FleetStatus) error {
+func writeStatusJSON(w io.Writer, st lease.FleetStatus) error {
 	m := st.Marker
 	out := statusJSON{Store: st.Store, Identity: st.Identity.ID, Position: st.Identity.Position, Read: st.Read.UTC(),
 		Promise: st.Promise.Seconds(), Wait: st.Wait.Seconds(), Takeover: st.Takeover.Seconds(), Blocks: []blockStatusJSON{},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/pglease"
 	"github.com/randflake/randflake/statedir"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -124,7 +125,7 @@ func (o *openedSource) explain(err error) error {
 }
 
 // historyResetter is a source whose store keeps history (see
-// randflake.BlockSource.ResetHistory).
+// lease.BlockSource.ResetHistory).
 type historyResetter interface {
 	ResetHistory(ctx context.Context) error
 }
@@ -350,11 +351,11 @@ func (l *leaseFlags) openSource(ctx context.Context, e *env, log *slog.Logger, s
 // (rule 10 of docs/leases.md: the deployment guarantees one holder at a
 // time).
 func staticSource(first, last int64, secret []byte) (randflake.LeaseSource, error) {
-	st, err := randflake.NewStaticStore(first, last, 0)
+	st, err := lease.NewStaticStore(first, last, 0)
 	if err != nil {
 		return nil, err
 	}
-	return randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: secret, Layout: randflake.StaticLayout(first, last)})
+	return lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: secret, Layout: lease.StaticLayout(first, last)})
 }
 
 // openEtcd opens the etcd source: a client of --etcd, with the TLS and
@@ -383,7 +384,7 @@ func (l *leaseFlags) openEtcd(ctx context.Context, log *slog.Logger, secret []by
 	})
 	if err != nil {
 		cli.Close()
-		if errors.Is(err, randflake.ErrBeyondHorizon) {
+		if errors.Is(err, lease.ErrBeyondHorizon) {
 			return nil, usagef("%v: give every member of the fleet the same --etcd-horizon ($RANDFLAKE_ETCD_HORIZON), at least 3 x --etcd-ttl", err)
 		}
 		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)

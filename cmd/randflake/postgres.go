@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/pglease"
 	"github.com/randflake/randflake/privatefile"
 )
@@ -67,7 +67,7 @@ func (l *leaseFlags) openPostgres(ctx context.Context, e *env, log *slog.Logger,
 	})
 	if err != nil {
 		pool.Close()
-		if errors.Is(err, randflake.ErrBeyondHorizon) {
+		if errors.Is(err, lease.ErrBeyondHorizon) {
 			return nil, usagef("%v: give every member of the fleet the same --postgres-horizon ($RANDFLAKE_POSTGRES_HORIZON), at least --postgres-ttl", err)
 		}
 		return nil, fmt.Errorf("postgres: %w", err)

@@ -1,10 +1,12 @@
-package randflake
+package lease
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 // NewStaticStore returns the BlockStore of a node range fixed by
@@ -15,7 +17,7 @@ import (
 // maxClockSkew, the most a restarted holder's clock may be behind its
 // predecessor's.
 func NewStaticStore(first, last int64, maxClockSkew time.Duration) (BlockStore, error) {
-	if err := CheckNodeRange(first, last); err != nil {
+	if err := randflake.CheckNodeRange(first, last); err != nil {
 		return nil, err
 	}
 	if maxClockSkew < 0 {
@@ -60,11 +62,13 @@ func (s *staticStore) Renew(ctx context.Context, held StoreClaim) (StoreIdentity
 
 // volatileLease is the lease of rule 10 on first..last for a process whose
 // clock reads now: from the second after now + skew, for as long as Randflake
-// IDs last.
-func volatileLease(first, last, now int64, skew time.Duration) (Lease, error) {
-	l := Lease{FirstNode: first, LastNode: last, Start: now + 1 + ceilSeconds(skew), End: MaxTimestamp}
+// IDs last. randflake.StaticSource hands out the same lease with its own copy
+// of this function (the root package does not import this one);
+// TestStaticStoreRule10 checks that the two agree.
+func volatileLease(first, last, now int64, skew time.Duration) (randflake.Lease, error) {
+	l := randflake.Lease{FirstNode: first, LastNode: last, Start: now + 1 + ceilSeconds(skew), End: randflake.MaxTimestamp}
 	if err := l.Validate(); err != nil {
-		return Lease{}, err
+		return randflake.Lease{}, err
 	}
 	return l, nil
 }

@@ -1,21 +1,23 @@
-package randflake
+package lease
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
-// A BlockStore keeps the claims on blocks of node IDs and their history:
-// the storage primitives of a lease source, and nothing else. The rules
-// that make leases safe (where a lease starts, how far ahead a promise is
-// recorded, what unknown or rolled-back history costs, which clocks are
-// trusted) live in one place, BlockSource, which turns any BlockStore into
-// a LeaseSource. The state directory (package statedir), etcd (module
-// etcdlease), PostgreSQL (module pglease) and the Kubernetes API (module
-// kubelease) are BlockStores; package
-// leasetest checks a BlockStore against the rules.
+// A BlockStore keeps the claims on blocks of node IDs and their history: the
+// storage primitives of a lease source, and nothing else. The rules that make
+// leases safe (where a lease starts, how far ahead a promise is recorded, what
+// unknown or rolled-back history costs, which clocks are trusted) live in one
+// place, BlockSource, which turns any BlockStore into a
+// [randflake.LeaseSource]. The state directory (package statedir), etcd
+// (module etcdlease), PostgreSQL (module pglease) and the Kubernetes API
+// (module kubelease) are BlockStores; package leasetest checks a BlockStore
+// against the rules.
 //
 // The store sees records and the marker as opaque bytes: BlockSource
 // writes them, signed under the fleet secret, and checks them when it
@@ -26,33 +28,32 @@ import (
 type BlockStore interface {
 	// Info describes the store's claims, once, before any other call.
 	Info() StoreInfo
-	// Update runs one atomic step. It reads the store (the marker, and
-	// either every block of the fleet's range, if all is set, or only the
-	// blocks of held, if held is not nil), calls fn once with what it
-	// read, and applies the changes fn returns all together or not at
-	// all. The held claim, if any, must still be this store's: if it is
-	// not (it expired and was taken over), Update returns an error
-	// wrapping ErrLeaseLost without calling fn. If another writer changed
-	// what was read before the changes could be applied, the store either
-	// runs the whole step again (calling fn again with the new contents)
-	// or returns ErrStoreConflict; BlockSource retries that. A claim of a
-	// block that turns out to be held returns ErrBlockHeld. An error of
-	// fn is returned as it is, and nothing is changed.
+	// Update runs one atomic step. It reads the store (the marker, and either
+	// every block of the fleet's range, if all is set, or only the blocks of
+	// held, if held is not nil), calls fn once with what it read, and applies
+	// the changes fn returns all together or not at all. The held claim, if
+	// any, must still be this store's: if it is not (it expired and was taken
+	// over), Update returns an error wrapping [randflake.ErrLeaseLost] without
+	// calling fn. If another writer changed what was read before the changes
+	// could be applied, the store either runs the whole step again (calling fn
+	// again with the new contents) or returns ErrStoreConflict; BlockSource
+	// retries that. A claim of a block that turns out to be held returns
+	// ErrBlockHeld. An error of fn is returned as it is, and nothing is
+	// changed.
 	//
 	// When the changes claim blocks, Update returns the new claim's
 	// handle, which the store alone interprets; otherwise it returns
 	// held.
 	Update(ctx context.Context, held StoreClaim, all bool, fn func(*StoreView) (*StoreChanges, error)) (StoreClaim, error)
-	// Renew keeps the claim alive. After it returns without error, no
-	// one else can claim the blocks before the end that StoreInfo.EndFor
-	// gives for t0, a time taken before Renew was called. It also reports
-	// the store's identity and position as seen by the renewal. An error
-	// wrapping ErrLeaseLost means the claim is gone for good; a store
-	// that read its identity reports it with the loss too, so that a
-	// claim lost because the store went back to a copy in which it had
-	// lapsed is known as the rollback it is (ErrHistoryRolledBack). Other
-	// errors are transient (the store unreachable): the claim stays
-	// valid until the last end given.
+	// Renew keeps the claim alive. After it returns without error, no one else
+	// can claim the blocks before the end that StoreInfo.EndFor gives for t0,
+	// a time taken before Renew was called. It also reports the store's
+	// identity and position as seen by the renewal. An error wrapping
+	// [randflake.ErrLeaseLost] means the claim is gone for good; a store that
+	// read its identity reports it with the loss too, so that a claim lost
+	// because the store went back to a copy in which it had lapsed is known as
+	// the rollback it is (ErrHistoryRolledBack). Other errors are transient
+	// (the store unreachable): the claim stays valid until the last end given.
 	Renew(ctx context.Context, held StoreClaim) (StoreIdentity, error)
 }
 
@@ -198,7 +199,7 @@ type BlockLayout struct {
 
 // Check checks the layout.
 func (b BlockLayout) Check() error {
-	if err := CheckNodeRange(b.FirstNode, b.LastNode); err != nil {
+	if err := randflake.CheckNodeRange(b.FirstNode, b.LastNode); err != nil {
 		return err
 	}
 	if b.Size < 1 || (b.LastNode-b.FirstNode+1)%b.Size != 0 {

@@ -1,10 +1,12 @@
-package randflake
+package lease
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 // The constructors of a store module (etcdlease, pglease, kubelease, or
@@ -70,7 +72,7 @@ type StoreLeasedConfig struct {
 	// Secret is the fleet's 16-byte secret: the generator's, and the one
 	// the source signs its records with.
 	Secret []byte
-	// Shards, OnError and Logger are those of LeasedConfig.
+	// Shards, OnError and Logger are those of [randflake.LeasedConfig].
 	Shards  int
 	OnError func(error)
 	Logger  *slog.Logger
@@ -81,15 +83,15 @@ type StoreLeasedConfig struct {
 }
 
 // NewStoreLeased returns a generator on node IDs leased from src, a store
-// module's source, under cfg.Secret (checked as NewStoreSource checks it).
-// It waits for the first lease as NewLeased does; when it fails it calls
-// cfg.Close.
-func NewStoreLeased(ctx context.Context, src LeaseSource, cfg StoreLeasedConfig) (*Leased, error) {
+// module's source, under cfg.Secret (checked as NewStoreSource checks it). It
+// waits for the first lease as [randflake.NewLeased] does; when it fails it
+// calls cfg.Close.
+func NewStoreLeased(ctx context.Context, src randflake.LeaseSource, cfg StoreLeasedConfig) (*randflake.Leased, error) {
 	if err := CheckStoreSecret(cfg.Name, cfg.Secret); err != nil {
 		closeStore(cfg.Close)
 		return nil, err
 	}
-	g, err := NewLeased(ctx, LeasedConfig{
+	g, err := randflake.NewLeased(ctx, randflake.LeasedConfig{
 		Secret:  cfg.Secret,
 		Source:  src,
 		Shards:  cfg.Shards,
@@ -103,11 +105,11 @@ func NewStoreLeased(ctx context.Context, src LeaseSource, cfg StoreLeasedConfig)
 	return g, nil
 }
 
-// CheckStoreSecret reports whether secret is a fleet secret: 16 bytes.
-// The error, which wraps ErrInvalidSecret, begins with name (the caller's
-// package, "etcdlease") and says the length, never the secret.
-// NewStoreSource and NewStoreLeased call it; a store module calls it
-// itself only to refuse a secret before anything else.
+// CheckStoreSecret reports whether secret is a fleet secret: 16 bytes. The
+// error, which wraps [randflake.ErrInvalidSecret], begins with name (the
+// caller's package, "etcdlease") and says the length, never the secret.
+// NewStoreSource and NewStoreLeased call it; a store module calls it itself
+// only to refuse a secret before anything else.
 func CheckStoreSecret(name string, secret []byte) error {
 	if len(secret) == 16 {
 		return nil
@@ -137,8 +139,8 @@ func (e *storeSecretError) Error() string {
 	return fmt.Sprintf("%s: Config.Secret %s: want the fleet's 16-byte secret, which signs the records in the store", e.name, got)
 }
 
-// Is reports that the error is an ErrInvalidSecret.
-func (e *storeSecretError) Is(target error) bool { return target == ErrInvalidSecret }
+// Is reports that the error is a randflake.ErrInvalidSecret.
+func (e *storeSecretError) Is(target error) bool { return target == randflake.ErrInvalidSecret }
 
 func closeStore(f func()) {
 	if f != nil {

@@ -1,4 +1,4 @@
-package randflake_test
+package lease_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -19,7 +20,7 @@ import (
 // conformance suite, and the rules the suite cannot reach.
 
 // suiteLayout is 8 blocks of 16 node IDs.
-var suiteLayout = randflake.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16}
+var suiteLayout = lease.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16}
 
 // The suite on claims that lapse 2 s after their last renewal, like etcd
 // leases or PostgreSQL rows with an expiry; a store that goes back moves
@@ -67,7 +68,7 @@ func TestLeaseSuiteMemStoreLocks(t *testing.T) {
 // Rules the suite does not reach, on MemStore with short promises.
 
 // unitLayout is 4 blocks of 16 node IDs.
-var unitLayout = randflake.BlockLayout{FirstNode: 0, LastNode: 63, Size: 16}
+var unitLayout = lease.BlockLayout{FirstNode: 0, LastNode: 63, Size: 16}
 
 // locks and lapsing are the two kinds of MemStore claims: file locks,
 // with a 1 s promise, and claims lapsing 1.5 s after their renewal.
@@ -76,7 +77,7 @@ var (
 	lapsing = leasetest.MemOptions{TTL: 1500 * time.Millisecond}
 )
 
-func newBackend(t *testing.T, l randflake.BlockLayout) *leasetest.MemBackend {
+func newBackend(t *testing.T, l lease.BlockLayout) *leasetest.MemBackend {
 	t.Helper()
 	b, err := leasetest.NewMemBackend(l)
 	if err != nil {
@@ -87,13 +88,13 @@ func newBackend(t *testing.T, l randflake.BlockLayout) *leasetest.MemBackend {
 
 // newSource opens a handle on b and a BlockSource on it, with blocks
 // blocks per claim.
-func newSource(t *testing.T, b *leasetest.MemBackend, o leasetest.MemOptions, blocks int64) (*randflake.BlockSource, *leasetest.MemStore) {
+func newSource(t *testing.T, b *leasetest.MemBackend, o leasetest.MemOptions, blocks int64) (*lease.BlockSource, *leasetest.MemStore) {
 	t.Helper()
 	h, err := b.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: b.Layout(), Blocks: blocks})
+	src, err := lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: b.Layout(), Blocks: blocks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func newSource(t *testing.T, b *leasetest.MemBackend, o leasetest.MemOptions, bl
 // holder keeps a claim that lapses 1.5 s after its last renewal alive: a
 // loaded machine that delays a renewal by less than the TTL does not let
 // it lapse (as it would one renewal after a sleep of most of the TTL).
-func renewFor(t *testing.T, ctx context.Context, src *randflake.BlockSource, l randflake.Lease, d time.Duration) randflake.Lease {
+func renewFor(t *testing.T, ctx context.Context, src *lease.BlockSource, l randflake.Lease, d time.Duration) randflake.Lease {
 	t.Helper()
 	for start := time.Now(); time.Since(start) < d; {
 		time.Sleep(max(min(100*time.Millisecond, d-time.Since(start)), time.Millisecond))
@@ -132,25 +133,25 @@ func TestBlockSourceConfig(t *testing.T) {
 	b := newBackend(t, unitLayout)
 	h, _ := b.Open(locks)
 	secret := leasetest.Secret()
-	ok := randflake.BlockSourceConfig{Secret: secret, Layout: unitLayout}
+	ok := lease.BlockSourceConfig{Secret: secret, Layout: unitLayout}
 	for _, c := range []struct {
 		name  string
-		store randflake.BlockStore
-		edit  func(*randflake.BlockSourceConfig)
+		store lease.BlockStore
+		edit  func(*lease.BlockSourceConfig)
 		want  string
 	}{
-		{"nil store", nil, func(*randflake.BlockSourceConfig) {}, "nil store"},
-		{"short secret", h, func(c *randflake.BlockSourceConfig) { c.Secret = secret[:15] }, "16 bytes"},
-		{"blocks of 0", h, func(c *randflake.BlockSourceConfig) { c.Layout.Size = 0 }, "do not divide"},
-		{"blocks that do not divide", h, func(c *randflake.BlockSourceConfig) { c.Layout.Size = 24 }, "do not divide"},
-		{"range past MaxNode", h, func(c *randflake.BlockSourceConfig) { c.Layout.LastNode = randflake.MaxNode + 16 }, "node"},
-		{"more blocks per claim than blocks", h, func(c *randflake.BlockSourceConfig) { c.Blocks = 5 }, "blocks per claim"},
-		{"negative blocks per claim", h, func(c *randflake.BlockSourceConfig) { c.Blocks = -1 }, "blocks per claim"},
-		{"negative horizon", h, func(c *randflake.BlockSourceConfig) { c.Horizon = -time.Second }, "negative horizon"},
+		{"nil store", nil, func(*lease.BlockSourceConfig) {}, "nil store"},
+		{"short secret", h, func(c *lease.BlockSourceConfig) { c.Secret = secret[:15] }, "16 bytes"},
+		{"blocks of 0", h, func(c *lease.BlockSourceConfig) { c.Layout.Size = 0 }, "do not divide"},
+		{"blocks that do not divide", h, func(c *lease.BlockSourceConfig) { c.Layout.Size = 24 }, "do not divide"},
+		{"range past MaxNode", h, func(c *lease.BlockSourceConfig) { c.Layout.LastNode = randflake.MaxNode + 16 }, "node"},
+		{"more blocks per claim than blocks", h, func(c *lease.BlockSourceConfig) { c.Blocks = 5 }, "blocks per claim"},
+		{"negative blocks per claim", h, func(c *lease.BlockSourceConfig) { c.Blocks = -1 }, "blocks per claim"},
+		{"negative horizon", h, func(c *lease.BlockSourceConfig) { c.Horizon = -time.Second }, "negative horizon"},
 	} {
 		cfg := ok
 		c.edit(&cfg)
-		_, err := randflake.NewBlockSource(c.store, cfg)
+		_, err := lease.NewBlockSource(c.store, cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
 		}
@@ -199,7 +200,7 @@ func TestBlockSourceReleaseAfterEnd(t *testing.T) {
 		t.Skip("waits out a dead holder's promise: not in -short")
 	}
 	t.Parallel()
-	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
+	b := newBackend(t, lease.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
 	src, _ := newSource(t, b, locks, 1)
 	ctx := ctxFor(t, 10*time.Second)
 	l, err := src.Acquire(ctx)
@@ -231,7 +232,7 @@ func TestBlockSourcePrefersPassedBlocks(t *testing.T) {
 		t.Skip("waits out a dead holder's promise: not in -short")
 	}
 	t.Parallel()
-	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16})
+	b := newBackend(t, lease.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16})
 	ctx := ctxFor(t, 10*time.Second)
 	dead, h := newSource(t, b, locks, 1)
 	ld, err := dead.Acquire(ctx)
@@ -269,7 +270,7 @@ func TestBlockSourceWaitRecordsNothing(t *testing.T) {
 		t.Skip("waits out a dead holder's promise: not in -short")
 	}
 	t.Parallel()
-	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
+	b := newBackend(t, lease.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
 	dead, h := newSource(t, b, locks, 1)
 	ld, err := dead.Acquire(ctxFor(t, 10*time.Second))
 	if err != nil {
@@ -400,7 +401,7 @@ func TestBlockSourceGoesBackUnderHolder(t *testing.T) {
 			from := time.Now().Unix() // the history is unknown from the fault on
 			c.fault(b, saved)
 			_, err = src.Renew(ctx, l)
-			if !errors.Is(err, randflake.ErrLeaseLost) || !errors.Is(err, randflake.ErrHistoryRolledBack) {
+			if !errors.Is(err, randflake.ErrLeaseLost) || !errors.Is(err, lease.ErrHistoryRolledBack) {
 				t.Fatalf("renewal after the store went back: %v, want ErrLeaseLost wrapping ErrHistoryRolledBack", err)
 			}
 			next, _ := newSource(t, b, lapsing, 1)
@@ -423,7 +424,7 @@ func TestBlockSourceHistoryLostDropsClaim(t *testing.T) {
 		t.Skip("waits for renewals a second apart: not in -short")
 	}
 	t.Parallel()
-	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16})
+	b := newBackend(t, lease.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16})
 	ctx := ctxFor(t, 20*time.Second)
 	src, _ := newSource(t, b, locks, 2)
 	l, err := src.Acquire(ctx)
@@ -432,7 +433,7 @@ func TestBlockSourceHistoryLostDropsClaim(t *testing.T) {
 	}
 	b.Failover()
 	time.Sleep(1100 * time.Millisecond) // the next renewal records a promise, and checks
-	if _, err := src.Renew(ctx, l); !errors.Is(err, randflake.ErrHistoryRolledBack) {
+	if _, err := src.Renew(ctx, l); !errors.Is(err, lease.ErrHistoryRolledBack) {
 		t.Fatalf("renewal after a failover: %v, want ErrHistoryRolledBack", err)
 	}
 	next, _ := newSource(t, b, locks, 2)
@@ -497,7 +498,7 @@ func TestBlockSourceHorizon(t *testing.T) {
 	b := newBackend(t, unitLayout)
 	b.Wipe() // no sign of initialisation
 	h, _ := b.Open(locks)
-	src, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 3 * time.Second})
+	src, err := lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +518,7 @@ func TestBlockSourceClockOutsideLifetime(t *testing.T) {
 	b := newBackend(t, unitLayout)
 	h, _ := b.Open(locks)
 	for _, at := range []time.Time{time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)} {
-		src, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout,
+		src, err := lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout,
 			Now: func() time.Time { return at }})
 		if err != nil {
 			t.Fatal(err)
@@ -535,7 +536,7 @@ func TestBlockSourceReleaseUnreachable(t *testing.T) {
 		t.Skip("waits out a 2 s claim: not in -short")
 	}
 	t.Parallel()
-	b := newBackend(t, randflake.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
+	b := newBackend(t, lease.BlockLayout{FirstNode: 0, LastNode: 15, Size: 16})
 	ctx := ctxFor(t, 20*time.Second)
 	src, h := newSource(t, b, lapsing, 1)
 	l, err := src.Acquire(ctx)
@@ -549,7 +550,7 @@ func TestBlockSourceReleaseUnreachable(t *testing.T) {
 	next, _ := newSource(t, b, lapsing, 1)
 	var ln randflake.Lease
 	for {
-		if ln, err = next.Acquire(ctx); !errors.Is(err, randflake.ErrNoFreeNodes) {
+		if ln, err = next.Acquire(ctx); !errors.Is(err, lease.ErrNoFreeNodes) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -565,17 +566,17 @@ func TestBlockSourceReleaseUnreachable(t *testing.T) {
 // answerLost is a store whose steps can fail after they were applied (the
 // answer lost on the way back) or before (the request lost on the way).
 type answerLost struct {
-	randflake.BlockStore
+	lease.BlockStore
 	after, before, unsent atomic.Bool // unsent: the changes made, never applied
 }
 
 var errAnswerLost = errors.New("the store's answer was lost")
 
-func (s *answerLost) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (s *answerLost) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	if s.before.Load() {
 		return nil, errAnswerLost
 	}
-	c, err := s.BlockStore.Update(ctx, held, all, func(v *randflake.StoreView) (*randflake.StoreChanges, error) {
+	c, err := s.BlockStore.Update(ctx, held, all, func(v *lease.StoreView) (*lease.StoreChanges, error) {
 		ch, err := fn(v)
 		if err == nil && s.unsent.Load() {
 			return nil, errAnswerLost
@@ -607,7 +608,7 @@ func TestBlockSourceUncertainStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := &answerLost{BlockStore: h}
-			src, err := randflake.NewBlockSource(st, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: b.Layout()})
+			src, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: b.Layout()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -669,7 +670,7 @@ func TestBlockSourceRewoundOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.RewindPosition(40)
-	if _, err := src.Renew(ctx, l); !errors.Is(err, randflake.ErrHistoryRolledBack) {
+	if _, err := src.Renew(ctx, l); !errors.Is(err, lease.ErrHistoryRolledBack) {
 		t.Fatalf("renewal after the position went back: %v, want ErrHistoryRolledBack", err)
 	}
 	start := time.Now()
@@ -689,7 +690,7 @@ func TestBlockSourceRewoundOnce(t *testing.T) {
 	if l, err = src.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if takeover := int64(randflake.TakeoverWait(src.Store().Info()) / time.Second); l.Start > from+takeover+1 {
+	if takeover := int64(lease.TakeoverWait(src.Store().Info()) / time.Second); l.Start > from+takeover+1 {
 		t.Errorf("a claim after the recorded loss, at second %d, waited more than a takeover's %d s (lease %v): the loss was found again", from, takeover, l)
 	}
 	if err := src.Release(ctx, l, 0); err != nil {

@@ -1,9 +1,11 @@
-package randflake
+package lease
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 // The engine on a static store and StaticSource apply the same rule 10:
@@ -25,10 +27,10 @@ func TestStaticStoreRule10(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := time.Now().Unix()
-	if l.FirstNode != 100 || l.LastNode != 163 || l.Start < before+3 || l.Start > after+3 || l.End != MaxTimestamp {
+	if l.FirstNode != 100 || l.LastNode != 163 || l.Start < before+3 || l.Start > after+3 || l.End != randflake.MaxTimestamp {
 		t.Errorf("engine on a static store: %+v, want nodes 100-163 from now+1+2 s to MaxTimestamp", l)
 	}
-	s2, err := (StaticSource{FirstNode: 100, LastNode: 163, MaxClockSkew: 1500 * time.Millisecond}).Acquire(ctx)
+	s2, err := (randflake.StaticSource{FirstNode: 100, LastNode: 163, MaxClockSkew: 1500 * time.Millisecond}).Acquire(ctx)
 	if err != nil || s2.Start < l.Start || s2.Start > time.Now().Unix()+3 || s2.End != l.End {
 		t.Errorf("StaticSource: %+v, %v; the engine gave %+v", s2, err, l)
 	}

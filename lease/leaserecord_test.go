@@ -1,4 +1,4 @@
-package randflake
+package lease
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/randflake/randflake"
 )
 
 var (
@@ -25,9 +27,9 @@ func signedBody(key []byte, body, sep string) []byte {
 
 func TestRecordRoundTrip(t *testing.T) {
 	for _, r := range []blockRecord{
-		{first: 0, last: 0, until: Epoch, at: Epoch},
+		{first: 0, last: 0, until: randflake.Epoch, at: randflake.Epoch},
 		{first: 16, last: 31, until: 1_800_000_000, at: 1_799_999_990},
-		{first: MaxNode - 63, last: MaxNode, until: MaxTimestamp, at: MaxTimestamp},
+		{first: randflake.MaxNode - 63, last: randflake.MaxNode, until: randflake.MaxTimestamp, at: randflake.MaxTimestamp},
 	} {
 		raw := formatRecord(recordTestKey, r)
 		got, err := parseRecord(recordTestKey, raw, r.first, r.last)
@@ -77,7 +79,7 @@ func TestRecordOtherSecret(t *testing.T) {
 	if _, err := parseRecord(recordTestKey, raw, r.first, r.last); !errors.Is(err, errBadRecord) {
 		t.Fatalf("a record signed under another secret: %v; want it refused", err)
 	}
-	m := formatMarker(recordOtherKey, fleetMarker{id: "x", layout: BlockLayout{0, 63, 16}, horizon: 3, unknown: Epoch})
+	m := formatMarker(recordOtherKey, fleetMarker{id: "x", layout: BlockLayout{0, 63, 16}, horizon: 3, unknown: randflake.Epoch})
 	got, err := parseMarker(recordTestKey, m)
 	if !errors.Is(err, errOtherFleet) || got.fleet != keyID(recordOtherKey) {
 		t.Fatalf("a marker signed under another secret: %v (key ID %q); want errOtherFleet with key ID %s", err, got.fleet, keyID(recordOtherKey))
@@ -101,8 +103,8 @@ func TestRecordImpossibleValues(t *testing.T) {
 	}{
 		{"another block", blockRecord{first: 32, last: 47, until: 1_800_000_000, at: 1_800_000_000}},
 		{"a wider block", blockRecord{first: 16, last: 47, until: 1_800_000_000, at: 1_800_000_000}},
-		{"used until before the epoch", blockRecord{first: 16, last: 31, until: Epoch - 1, at: 1_800_000_000}},
-		{"used until after the lifetime", blockRecord{first: 16, last: 31, until: MaxTimestamp + 1, at: 1_800_000_000}},
+		{"used until before the epoch", blockRecord{first: 16, last: 31, until: randflake.Epoch - 1, at: 1_800_000_000}},
+		{"used until after the lifetime", blockRecord{first: 16, last: 31, until: randflake.MaxTimestamp + 1, at: 1_800_000_000}},
 		{"written before the epoch", blockRecord{first: 16, last: 31, until: 1_800_000_000, at: 0}},
 		{"written after the lifetime", blockRecord{first: 16, last: 31, until: 1_800_000_000, at: 1 << 40}},
 		{"negative", blockRecord{first: 16, last: 31, until: -1, at: -1}},
@@ -143,9 +145,9 @@ func TestMarkerRoundTrip(t *testing.T) {
 	var d [tagBytes]byte
 	copy(d[:], "0123456789abcdef")
 	for _, m := range []fleetMarker{
-		{id: "", layout: BlockLayout{0, MaxNode, 1}, horizon: 0, unknown: Epoch},
+		{id: "", layout: BlockLayout{0, randflake.MaxNode, 1}, horizon: 0, unknown: randflake.Epoch},
 		{id: "cluster 7/timeline=2&x", layout: BlockLayout{64, 127, 16}, horizon: 31, unknown: 1_800_000_000, digest: d},
-		{id: "mem-1", layout: BlockLayout{0, 63, 64}, horizon: MaxTimestamp - Epoch, unknown: MaxTimestamp},
+		{id: "mem-1", layout: BlockLayout{0, 63, 64}, horizon: randflake.MaxTimestamp - randflake.Epoch, unknown: randflake.MaxTimestamp},
 	} {
 		raw := formatMarker(recordTestKey, m)
 		got, err := parseMarker(recordTestKey, raw)
@@ -188,7 +190,7 @@ func TestMarkerImpossibleValues(t *testing.T) {
 		"rfm1 id=x " + strings.Replace(ok, "first=0", "first=-16", 1),
 		"rfm1 id=x " + strings.Replace(ok, "horizon=3", "horizon=-1", 1),
 		"rfm1 id=x " + strings.Replace(ok, "horizon=3", "horizon=9223372036854775807", 1),
-		"rfm1 id=x " + strings.Replace(ok, "unknown=1800000000", fmt.Sprintf("unknown=%d", int64(MaxTimestamp+1)), 1),
+		"rfm1 id=x " + strings.Replace(ok, "unknown=1800000000", fmt.Sprintf("unknown=%d", int64(randflake.MaxTimestamp+1)), 1),
 		"rfm1 id=x " + strings.Replace(ok, "unknown=1800000000", "unknown=0", 1),
 		"rfm1 id=x " + strings.Replace(ok, "digest=00", "digest=0", 1),
 		"rfm1 id=x " + strings.Replace(ok, "digest=00", "digest=zz", 1),

@@ -1,11 +1,11 @@
-package randflake_test
+package lease_test
 
 import (
 	"bytes"
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -21,7 +21,7 @@ func TestBlockSourceStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader, _ := newSource(t, b, opts, 1)
-	status := func(what string) randflake.FleetStatus {
+	status := func(what string) lease.FleetStatus {
 		t.Helper()
 		marker, recs := b.Marker(), records(b)
 		st, err := reader.Status(ctxFor(t, 10*time.Second))
@@ -49,7 +49,7 @@ func TestBlockSourceStatus(t *testing.T) {
 	}
 	// Rule 14: every claim but a fresh store's first waits the takeover,
 	// a block never used included.
-	takeover := randflake.TakeoverWait(reader.Store().Info())
+	takeover := lease.TakeoverWait(reader.Store().Info())
 	if takeover == 0 || st.Takeover != takeover || st.Marker.Detect == 0 {
 		t.Errorf("a store with one holder: takeover %v, marker's detection bound %ds; want the store's takeover wait %v (not 0), the marker's bound recorded",
 			st.Takeover, st.Marker.Detect, takeover)
@@ -81,7 +81,7 @@ func TestBlockSourceStatus(t *testing.T) {
 	marker := b.Marker()
 	ob := newBackend(t, unitLayout)
 	oh, _ := ob.Open(opts)
-	theirs, err := randflake.NewBlockSource(oh, randflake.BlockSourceConfig{Secret: otherSecret, Layout: unitLayout})
+	theirs, err := lease.NewBlockSource(oh, lease.BlockSourceConfig{Secret: otherSecret, Layout: unitLayout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package randflake
+package lease
 
 import (
 	"crypto/hmac"
@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/randflake/randflake"
 )
 
 // Records and the marker are what BlockSource keeps in a BlockStore. Both
@@ -141,7 +143,7 @@ func parseRecord(key []byte, raw []byte, first, last int64) (blockRecord, error)
 	return r, nil
 }
 
-func inLifetime(sec int64) bool { return sec >= Epoch && sec <= MaxTimestamp }
+func inLifetime(sec int64) bool { return sec >= randflake.Epoch && sec <= randflake.MaxTimestamp }
 
 // fleetMarker is the marker.
 type fleetMarker struct {
@@ -220,8 +222,8 @@ func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
 		return fleetMarker{}, fmt.Errorf("%w: malformed digest", errBadRecord)
 	}
 	copy(m.digest[:], d)
-	if m.layout.Check() != nil || !inLifetime(m.unknown) || m.horizon < 0 || m.horizon > MaxTimestamp-Epoch ||
-		m.detect < 0 || m.detect > MaxTimestamp-Epoch {
+	if m.layout.Check() != nil || !inLifetime(m.unknown) || m.horizon < 0 || m.horizon > randflake.MaxTimestamp-randflake.Epoch ||
+		m.detect < 0 || m.detect > randflake.MaxTimestamp-randflake.Epoch {
 		return fleetMarker{}, fmt.Errorf("%w: impossible values", errBadRecord)
 	}
 	return m, nil

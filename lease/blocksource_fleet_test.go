@@ -1,4 +1,4 @@
-package randflake_test
+package lease_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -50,7 +50,7 @@ func TestBlockSourceAnotherFleetRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: otherSecret, Layout: unitLayout})
+	theirs, err := lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: otherSecret, Layout: unitLayout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestBlockSourceAnotherFleetRefused(t *testing.T) {
 		{"a history reset", func() error { return theirs.ResetHistory(ctxFor(t, 10*time.Second)) }},
 	} {
 		err := c.do()
-		if !errors.Is(err, randflake.ErrFleetMismatch) || !strings.Contains(err.Error(), "another fleet's secret") {
+		if !errors.Is(err, lease.ErrFleetMismatch) || !strings.Contains(err.Error(), "another fleet's secret") {
 			t.Errorf("%s under another fleet's secret: %v, want ErrFleetMismatch naming another fleet's secret", c.what, err)
 		}
 		if err != nil && (strings.Contains(err.Error(), string(otherSecret)) || strings.Contains(err.Error(), string(leasetest.Secret()))) {
@@ -87,7 +87,7 @@ func TestBlockSourceAnotherFleetRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	takeover := int64(randflake.TakeoverWait(newcomer.Store().Info()) / time.Second)
+	takeover := int64(lease.TakeoverWait(newcomer.Store().Info()) / time.Second)
 	if l.Start > before+takeover+1 || l.FirstNode == held.FirstNode {
 		t.Errorf("a newcomer of the fleet after the other fleet's attempts got %v (the holder has %v, the clock read %d): want another block, after a takeover's %d s at most", l, held, before, takeover)
 	}
@@ -151,7 +151,7 @@ func TestBlockSourceFastClockCapped(t *testing.T) {
 		t.Skip("waits out a 1 s promise twice: not in -short")
 	}
 	t.Parallel()
-	layout := randflake.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16}
+	layout := lease.BlockLayout{FirstNode: 0, LastNode: 31, Size: 16}
 	b := newBackend(t, layout)
 	b.Wipe() // history unknown: the first claim writes the marker
 	h, err := b.Open(locks)
@@ -159,7 +159,7 @@ func TestBlockSourceFastClockCapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ahead = time.Hour
-	fast, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: layout,
+	fast, err := lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: layout,
 		Now: func() time.Time { return time.Now().Add(ahead) }})
 	if err != nil {
 		t.Fatal(err)
@@ -208,11 +208,11 @@ func TestBlockSourcePromiseBeyondHorizon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 2 * time.Second})
-	if !errors.Is(err, randflake.ErrBeyondHorizon) || !strings.Contains(err.Error(), "promise 3s ahead, beyond the fleet's horizon of 2s") {
+	_, err = lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 2 * time.Second})
+	if !errors.Is(err, lease.ErrBeyondHorizon) || !strings.Contains(err.Error(), "promise 3s ahead, beyond the fleet's horizon of 2s") {
 		t.Errorf("a promise of 3s under a horizon of 2s: %v, want it refused naming both", err)
 	}
-	if _, err := randflake.NewBlockSource(h, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 3 * time.Second}); err != nil {
+	if _, err := lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Horizon: 3 * time.Second}); err != nil {
 		t.Errorf("a promise of 3s under a horizon of 3s: %v", err)
 	}
 }
@@ -253,11 +253,11 @@ func TestBlockSourceRemembersHorizon(t *testing.T) {
 // slowClaims delays every step of a store, as a loaded machine or a busy
 // server does.
 type slowClaims struct {
-	randflake.BlockStore
+	lease.BlockStore
 	delay time.Duration
 }
 
-func (s slowClaims) Update(ctx context.Context, held randflake.StoreClaim, all bool, fn func(*randflake.StoreView) (*randflake.StoreChanges, error)) (randflake.StoreClaim, error) {
+func (s slowClaims) Update(ctx context.Context, held lease.StoreClaim, all bool, fn func(*lease.StoreView) (*lease.StoreChanges, error)) (lease.StoreClaim, error) {
 	time.Sleep(s.delay)
 	return s.BlockStore.Update(ctx, held, all, fn)
 }
@@ -285,7 +285,7 @@ func TestBlockSourceSlowClaimRenewed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := randflake.NewBlockSource(slowClaims{h, time.Second}, randflake.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Blocks: unitLayout.Count()})
+	src, err := lease.NewBlockSource(slowClaims{h, time.Second}, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: unitLayout, Blocks: unitLayout.Count()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestBlockSourceLongTTLDetectionCapped(t *testing.T) {
 	b := newBackend(t, unitLayout)
 	long := leasetest.MemOptions{TTL: 10 * time.Minute}
 	holder, h := newSource(t, b, long, 1)
-	takeover := randflake.TakeoverWait(h.Info())
+	takeover := lease.TakeoverWait(h.Info())
 	if limit := 10*time.Second + h.Info().MaxClockSkew + time.Second; takeover <= 0 || takeover > limit {
 		t.Fatalf("the takeover wait with a 10 min TTL is %v, want above 0 and at most %v (the capped bound plus the clock bound)", takeover, limit)
 	}

@@ -1,4 +1,4 @@
-package randflake
+package lease
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/randflake/randflake"
 )
 
 // BlockSourceConfig configures a BlockSource.
@@ -39,9 +41,9 @@ type BlockSourceConfig struct {
 	Logger *slog.Logger
 }
 
-// BlockSource is the lease engine: a LeaseSource on any BlockStore, which
-// applies the rules of docs/leases.md ("The rules") in one place. Each rule
-// below is numbered as there.
+// BlockSource is the lease engine: a [randflake.LeaseSource] on any
+// BlockStore, which applies the rules of docs/leases.md ("The rules") in one
+// place. Each rule below is numbered as there.
 //
 // A BlockSource holds at most one lease at a time; use one per generator.
 // It is safe for concurrent use.
@@ -73,7 +75,7 @@ type BlockSource struct {
 // heldClaim is the lease held.
 type heldClaim struct {
 	handle   StoreClaim
-	lease    Lease
+	lease    randflake.Lease
 	promised int64            // the second recorded in the claim's records
 	written  map[int64][]byte // the records as this source last wrote them
 	// uncertain holds the records of the last step whose outcome is
@@ -145,7 +147,7 @@ func detectionBound(info StoreInfo) int64 {
 	if info.EndFor == nil || !info.Durable {
 		return 0
 	}
-	t := time.Unix(Epoch+1_000_000, 999_999_999) // the latest instant of a second
+	t := time.Unix(randflake.Epoch+1_000_000, 999_999_999) // the latest instant of a second
 	return min(max(info.EndFor(t)-t.Unix()+1, 1), maxDetect)
 }
 
@@ -188,14 +190,21 @@ func (s *BlockSource) takeoverWait(a *assessment) int64 {
 	return d + ceilSeconds(s.info.MaxClockSkew)
 }
 
+// ceilSeconds returns d in whole seconds, rounded up.
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+// formatSecond writes a Unix second in UTC for errors and logs, as
+// randflake.Lease's String does.
+func formatSecond(s int64) string {
+	return time.Unix(s, 0).UTC().Format(time.RFC3339)
+}
 
 // Store returns the store.
 func (s *BlockSource) Store() BlockStore { return s.store }
 
 // promise returns the second a promise made now records.
 func (s *BlockSource) promise(now int64) int64 {
-	return min(now+ceilSeconds(s.info.Promise), MaxTimestamp)
+	return min(now+ceilSeconds(s.info.Promise), randflake.MaxTimestamp)
 }
 
 // endFor returns the lease end after a claim or renewal begun at t0 that
@@ -265,7 +274,7 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 	case v.Marker == nil && v.Fresh && present == 0:
 		// Rule 6: a store created empty by its own initialisation has no
 		// history to lose.
-		a.marker = fleetMarker{layout: s.layout, unknown: Epoch}
+		a.marker = fleetMarker{layout: s.layout, unknown: randflake.Epoch}
 		a.write = true
 	case v.Marker == nil:
 		a.reason = "the store has no fleet marker (never initialised, or wiped)"
@@ -317,7 +326,7 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 	}
 	if a.reason != "" {
 		a.marker.layout = s.layout
-		a.marker.unknown = max(a.marker.unknown, min(now+wait, MaxTimestamp))
+		a.marker.unknown = max(a.marker.unknown, min(now+wait, randflake.MaxTimestamp))
 		a.write = true
 	}
 	a.marker.id = v.NextID
@@ -336,7 +345,7 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 // blocks such a writer claimed stay refused by their records (rule 9). It
 // reports whether it capped, and logs it.
 func (s *BlockSource) capUnknown(m *fleetMarker, now, wait int64) bool {
-	limit := min(now+wait, MaxTimestamp)
+	limit := min(now+wait, randflake.MaxTimestamp)
 	if m.unknown <= limit+ceilSeconds(s.info.MaxClockSkew) {
 		return false
 	}
@@ -414,7 +423,7 @@ func (s *BlockSource) choose(v *StoreView, a *assessment, now int64) (slots []cl
 			}
 		}
 		switch {
-		case !ok || sl.until >= MaxTimestamp:
+		case !ok || sl.until >= randflake.MaxTimestamp:
 		case behind || sl.until > now+2*max(s.wait, a.marker.horizon, s.horizonSeen)+skew:
 			refused++
 		default:
@@ -435,11 +444,11 @@ func (s *BlockSource) choose(v *StoreView, a *assessment, now int64) (slots []cl
 // If the run's previous seconds are still ahead of the clock, Acquire
 // holds the claim, keeping it alive, and waits within ctx, recording no
 // new promise until the wait is over.
-func (s *BlockSource) Acquire(ctx context.Context) (Lease, error) {
+func (s *BlockSource) Acquire(ctx context.Context) (randflake.Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held != nil {
-		return Lease{}, fmt.Errorf("randflake: %s: the source already holds a lease", s.info.Name)
+		return randflake.Lease{}, fmt.Errorf("randflake: %s: the source already holds a lease", s.info.Name)
 	}
 	if !s.info.Durable {
 		return s.acquireVolatile(ctx)
@@ -449,7 +458,7 @@ func (s *BlockSource) Acquire(ctx context.Context) (Lease, error) {
 	// nothing: claim again, a few times, as the caller would.
 	for try := 1; ; try++ {
 		l, waited, err := s.acquireOnce(ctx)
-		if err == nil || !waited || !errors.Is(err, ErrLeaseLost) || try == maxWaitingLosses || ctx.Err() != nil {
+		if err == nil || !waited || !errors.Is(err, randflake.ErrLeaseLost) || try == maxWaitingLosses || ctx.Err() != nil {
 			return l, err
 		}
 		s.logWarn("randflake: the claim was lost while it waited for its start, before any ID: claiming again",
@@ -463,7 +472,7 @@ const maxWaitingLosses = 4
 
 // acquireOnce makes one claim and waits for its start; waited reports
 // that the claim was made and the error came while it waited.
-func (s *BlockSource) acquireOnce(ctx context.Context) (_ Lease, waited bool, _ error) {
+func (s *BlockSource) acquireOnce(ctx context.Context) (_ randflake.Lease, waited bool, _ error) {
 	var (
 		c       *heldClaim
 		refused int
@@ -478,21 +487,21 @@ func (s *BlockSource) acquireOnce(ctx context.Context) (_ Lease, waited bool, _ 
 	if errors.Is(err, ErrBlockHeld) || errors.Is(err, ErrStoreConflict) {
 		// Every try lost its block to another claimant: as busy as a
 		// store with no free block, for the caller.
-		return Lease{}, false, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s: other processes took every block this one tried): %w",
+		return randflake.Lease{}, false, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s: other processes took every block this one tried): %w",
 			ErrNoFreeNodes, s.blocks*s.layout.Size, s.layout.FirstNode, s.layout.LastNode, s.info.Name, err)
 	}
 	if err != nil {
-		return Lease{}, false, err
+		return randflake.Lease{}, false, err
 	}
 	if c == nil {
 		if refused > 0 {
-			return Lease{}, false, fmt.Errorf("%w: %s: %d free runs of node IDs were used at times ahead of this clock; it may have stepped back", ErrClockBehind, s.info.Name, refused)
+			return randflake.Lease{}, false, fmt.Errorf("%w: %s: %d free runs of node IDs were used at times ahead of this clock; it may have stepped back", ErrClockBehind, s.info.Name, refused)
 		}
-		return Lease{}, false, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s)", ErrNoFreeNodes, s.blocks*s.layout.Size, s.layout.FirstNode, s.layout.LastNode, s.info.Name)
+		return randflake.Lease{}, false, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s)", ErrNoFreeNodes, s.blocks*s.layout.Size, s.layout.FirstNode, s.layout.LastNode, s.info.Name)
 	}
 	if err := s.waitAndPromise(ctx, c); err != nil {
 		s.abandon(c)
-		return Lease{}, true, err
+		return randflake.Lease{}, true, err
 	}
 	s.held = c
 	return c.lease, false, nil
@@ -532,7 +541,7 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 		ch := &StoreChanges{Records: map[int64][]byte{}}
 		if len(slots) > 0 {
 			sl := slots[0]
-			c = &heldClaim{written: map[int64][]byte{}, lease: Lease{
+			c = &heldClaim{written: map[int64][]byte{}, lease: randflake.Lease{
 				FirstNode: sl.first, LastNode: sl.first + s.blocks*s.layout.Size - 1, Start: sl.until + 1,
 			}}
 			for f := sl.first; f <= c.lease.LastNode; f += s.layout.Size {
@@ -544,7 +553,7 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 				// which they were free, with or without a record); it
 				// stops within the detection bound. Only the store's
 				// first step, on a store created empty, has no holder.
-				c.lease.Start = min(max(c.lease.Start, now+w+1), MaxTimestamp)
+				c.lease.Start = min(max(c.lease.Start, now+w+1), randflake.MaxTimestamp)
 			}
 			if c.lease.Start <= now {
 				promised = s.promiseInto(ch, a, c.lease, now)
@@ -579,7 +588,7 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 // now + Promise, updates the digest in a's marker for them, and returns
 // the promise. Nothing is recorded as written before the store has
 // applied the step (heldClaim.applied).
-func (s *BlockSource) promiseInto(ch *StoreChanges, a *assessment, l Lease, now int64) int64 {
+func (s *BlockSource) promiseInto(ch *StoreChanges, a *assessment, l randflake.Lease, now int64) int64 {
 	p := s.promise(now)
 	for f := l.FirstNode; f <= l.LastNode; f += s.layout.Size {
 		rec := blockRecord{first: f, last: f + s.layout.Size - 1, until: max(p, a.until(f)), at: now}
@@ -627,7 +636,7 @@ func (s *BlockSource) waitAndPromise(ctx context.Context, c *heldClaim) error {
 		}
 		if s.info.EndFor != nil && s.now().Unix() < c.lease.Start {
 			id, err := s.store.Renew(ctx, c.handle)
-			if errors.Is(err, ErrLeaseLost) {
+			if errors.Is(err, randflake.ErrLeaseLost) {
 				return s.renewLost(ctx, id, err)
 			}
 			if err == nil {
@@ -640,7 +649,7 @@ func (s *BlockSource) waitAndPromise(ctx context.Context, c *heldClaim) error {
 	t0 := s.now()
 	if s.info.EndFor != nil {
 		id, err := s.store.Renew(ctx, c.handle)
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, randflake.ErrLeaseLost) {
 			return s.renewLost(ctx, id, err)
 		}
 		if err != nil {
@@ -741,7 +750,7 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 		if sent != nil {
 			c.applied(sent.Records, promised)
 		}
-	case sent != nil && !errors.Is(err, ErrLeaseLost):
+	case sent != nil && !errors.Is(err, randflake.ErrLeaseLost):
 		// The store may or may not have applied the changes: the next
 		// step accepts either record, and the promise is not counted on.
 		if adopted {
@@ -846,7 +855,7 @@ func (s *BlockSource) historyLost(ctx context.Context, c *heldClaim, why string)
 	// lapse (file locks) does not keep the blocks held for as long as
 	// this process lives; claimants wait out the unknown history anyway.
 	s.abandon(c)
-	return fmt.Errorf("%w: %s: %w: %s", ErrLeaseLost, s.info.Name, ErrHistoryRolledBack, why)
+	return fmt.Errorf("%w: %s: %w: %s", randflake.ErrLeaseLost, s.info.Name, ErrHistoryRolledBack, why)
 }
 
 // renewLost returns the error of a renewal the store reports lost (err).
@@ -882,7 +891,7 @@ func (s *BlockSource) checkPosition(ctx context.Context, id StoreIdentity) error
 	if err := s.resetHistory(ctx, why); err != nil {
 		s.logWarn("randflake: marking the history unknown failed", "store", s.info.Name, "err", err)
 	}
-	return fmt.Errorf("%w: %s: %w: %s", ErrLeaseLost, s.info.Name, ErrHistoryRolledBack, why)
+	return fmt.Errorf("%w: %s: %w: %s", randflake.ErrLeaseLost, s.info.Name, ErrHistoryRolledBack, why)
 }
 
 // ResetHistory marks the history of every block of the store unknown up
@@ -911,7 +920,7 @@ func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
 				return nil, err
 			}
 			wait := max(s.wait, max(a.marker.horizon, s.horizonSeen)+ceilSeconds(s.info.MaxClockSkew))
-			a.marker.unknown = max(a.marker.unknown, min(now+wait, MaxTimestamp))
+			a.marker.unknown = max(a.marker.unknown, min(now+wait, randflake.MaxTimestamp))
 			unknown, read = a.marker.unknown, a.read
 			return &StoreChanges{Marker: formatMarker(s.key, a.marker)}, nil
 		})
@@ -930,7 +939,7 @@ func (s *BlockSource) resetHistory(ctx context.Context, why string) error {
 }
 
 // claimOf returns the claim of l, or an error.
-func (s *BlockSource) claimOf(l Lease) (*heldClaim, error) {
+func (s *BlockSource) claimOf(l randflake.Lease) (*heldClaim, error) {
 	c := s.held
 	if c == nil || !c.lease.SameClaim(l) {
 		return nil, fmt.Errorf("randflake: %s: lease on %v is not held by this source", s.info.Name, l)
@@ -940,13 +949,13 @@ func (s *BlockSource) claimOf(l Lease) (*heldClaim, error) {
 
 // Renew keeps the claim alive and moves the lease end forward, recording a
 // new promise first when the end would pass the last one (rule 3). A
-// store that went back in time is ErrLeaseLost (rule 8).
-func (s *BlockSource) Renew(ctx context.Context, l Lease) (Lease, error) {
+// store that went back in time is [randflake.ErrLeaseLost] (rule 8).
+func (s *BlockSource) Renew(ctx context.Context, l randflake.Lease) (randflake.Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, err := s.claimOf(l)
 	if err != nil {
-		return Lease{}, err
+		return randflake.Lease{}, err
 	}
 	if !s.info.Durable {
 		return c.lease, nil
@@ -954,16 +963,16 @@ func (s *BlockSource) Renew(ctx context.Context, l Lease) (Lease, error) {
 	t0 := s.now()
 	if s.info.EndFor != nil {
 		id, err := s.store.Renew(ctx, c.handle)
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, randflake.ErrLeaseLost) {
 			err = s.renewLost(ctx, id, err)
 			s.held = nil
-			return Lease{}, err
+			return randflake.Lease{}, err
 		}
 		if err != nil {
-			return Lease{}, err
+			return randflake.Lease{}, err
 		}
 		if err := s.checkPosition(ctx, id); err != nil {
-			return Lease{}, err
+			return randflake.Lease{}, err
 		}
 	}
 	end := s.endFor(t0, s.promise(t0.Unix()))
@@ -977,10 +986,10 @@ func (s *BlockSource) Renew(ctx context.Context, l Lease) (Lease, error) {
 		err = s.checkHeld(ctx, c)
 	}
 	if err != nil {
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, randflake.ErrLeaseLost) {
 			s.held = nil
 		}
-		return Lease{}, err
+		return randflake.Lease{}, err
 	}
 	c.lease.End = s.endFor(t0, c.promised)
 	return c.lease, nil
@@ -989,7 +998,7 @@ func (s *BlockSource) Renew(ctx context.Context, l Lease) (Lease, error) {
 // Release records the newest second used (at least l.Start-1, at most the
 // promise) and frees the blocks in one step. If the store cannot be
 // reached, the claim lapses and the promise stands.
-func (s *BlockSource) Release(ctx context.Context, l Lease, lastUsed int64) error {
+func (s *BlockSource) Release(ctx context.Context, l randflake.Lease, lastUsed int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, err := s.claimOf(l)
@@ -1007,7 +1016,7 @@ func (s *BlockSource) Release(ctx context.Context, l Lease, lastUsed int64) erro
 		s.abandon(c)
 		return fmt.Errorf("randflake: %s: release of %v reports second %s, after the lease's end; the promise stands", s.info.Name, c.lease, formatSecond(lastUsed))
 	}
-	until := max(min(lastUsed, c.promised), c.lease.Start-1, Epoch)
+	until := max(min(lastUsed, c.promised), c.lease.Start-1, randflake.Epoch)
 	now := s.now().Unix()
 	err = s.updateHeld(ctx, c, func(ch *StoreChanges, a *assessment) int64 {
 		for f := c.lease.FirstNode; f <= c.lease.LastNode; f += s.layout.Size {
@@ -1040,7 +1049,7 @@ func (s *BlockSource) abandon(c *heldClaim) {
 // (rule 10): the deployment guarantees one holder at a time, and the
 // clock alone tells which seconds a predecessor may have used, so the
 // lease starts after now + MaxClockSkew.
-func (s *BlockSource) acquireVolatile(ctx context.Context) (Lease, error) {
+func (s *BlockSource) acquireVolatile(ctx context.Context) (randflake.Lease, error) {
 	var first int64 = -1
 	handle, err := s.store.Update(ctx, nil, true, func(v *StoreView) (*StoreChanges, error) {
 		if len(v.Blocks) == 0 {
@@ -1050,11 +1059,11 @@ func (s *BlockSource) acquireVolatile(ctx context.Context) (Lease, error) {
 		return &StoreChanges{Claim: []int64{first}}, nil
 	})
 	if err != nil {
-		return Lease{}, err
+		return randflake.Lease{}, err
 	}
 	l, err := volatileLease(first, first+s.blocks*s.layout.Size-1, s.now().Unix(), s.info.MaxClockSkew)
 	if err != nil {
-		return Lease{}, err
+		return randflake.Lease{}, err
 	}
 	s.held = &heldClaim{handle: handle, lease: l}
 	return l, nil

@@ -1,4 +1,4 @@
-package randflake
+package lease
 
 import (
 	"context"
