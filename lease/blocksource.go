@@ -729,6 +729,10 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 			ch := &StoreChanges{Records: map[int64][]byte{}}
 			a.marker = m
 			a.marker.id = v.NextID
+			// Rules 13 and 14: this holder's promise and detection bound
+			// enter the marker with its records (every claim but a fresh
+			// store's first writes its promise here, after its wait).
+			a.marker.horizon = max(m.horizon, ceilSeconds(s.info.Promise), s.horizonSeen)
 			a.marker.detect = min(max(m.detect, s.detect, s.detectSeen), maxDetect)
 			s.capUnknown(&a.marker, s.now().Unix(), max(s.wait, s.horizonSeen+ceilSeconds(s.info.MaxClockSkew)))
 			promised = fill(ch, a)
