@@ -29,6 +29,11 @@ type Harness struct {
 	// database with a table per subtest); leave it false on a slow or
 	// shared server.
 	Parallel bool
+	// MaxParallel, with Parallel, is how many subtests run at once at
+	// most (0: all of them). A store that needs a server of its own per
+	// subtest (etcd) sets it, so that a loaded machine does not starve
+	// those servers until its claims lapse.
+	MaxParallel int
 }
 
 // Store is one store under test and the hooks that fault it. Open is

@@ -125,6 +125,9 @@ func Run(t *testing.T, h Harness) {
 	if h.New == nil {
 		t.Fatal("leasetest: Harness.New is nil")
 	}
+	if h.MaxParallel < 0 {
+		t.Fatalf("leasetest: Harness.MaxParallel %d: want 0 (every subtest at once) or more", h.MaxParallel)
+	}
 	if !h.Parallel {
 		for _, st := range subtests {
 			t.Run(st.name, func(t *testing.T) { st.start(t, h) })
@@ -133,11 +136,18 @@ func Run(t *testing.T, h Harness) {
 	}
 	// The subtests mostly wait for seconds to pass: run them all at once,
 	// whatever -test.parallel says.
+	slots := len(subtests)
+	if h.MaxParallel > 0 {
+		slots = h.MaxParallel
+	}
+	sem := make(chan struct{}, slots)
 	var wg sync.WaitGroup
 	for _, st := range subtests {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
 			t.Run(st.name, func(t *testing.T) { st.start(t, h) })
 		}()
 	}
