@@ -23,6 +23,9 @@ func TestConformance(t *testing.T) {
 		Layout:   lease.BlockLayout{FirstNode: 0, LastNode: 127, Size: 16},
 		New:      newConformanceStore,
 		Parallel: true,
+		// A claim step past its own timeout on a loaded machine is
+		// tried again, as a deployment starts the process again.
+		Transient: slowAPI,
 	})
 }
 
@@ -183,4 +186,11 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		s.Save, s.Rollback = snapshot, snapshot
 	}
 	return s
+}
+
+// slowAPI reports whether err is a step the API server did not finish
+// within its bound (slowError), not an answer.
+func slowAPI(err error) bool {
+	var se *slowError
+	return errors.As(err, &se)
 }

@@ -247,6 +247,7 @@ func (p *proc) lease() error {
 		cfg.TimeSource = func() int64 { return p.now().Unix() }
 	}
 	began := time.Now()
+	transient := 0
 	for {
 		g, err := randflake.NewLeased(ctx, cfg)
 		if err == nil {
@@ -254,7 +255,16 @@ func (p *proc) lease() error {
 			p.g = g
 			break
 		}
-		if !p.o.waitFor || !errors.Is(err, lease.ErrNoFreeNodes) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		if e.h.Transient != nil && e.h.Transient(err) && transient < MaxTransient {
+			transient++
+			e.t.Logf("%s: its claim failed on a slow store (%v); claiming again (%d of at most %d)", p.name, err, transient, MaxTransient)
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if !p.o.waitFor || !errors.Is(err, lease.ErrNoFreeNodes) {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)

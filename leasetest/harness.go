@@ -34,6 +34,12 @@ type Harness struct {
 	// subtest (etcd) sets it, so that a loaded machine does not starve
 	// those servers until its claims lapse.
 	MaxParallel int
+	// Transient, if not nil, reports whether a failed claim failed only
+	// because the store was slow (a step past its own timeout, not the
+	// subtest's): a process's first claim is then tried again after a
+	// pause, as a deployment starts a process again, up to MaxTransient
+	// times, each logged. Nil: no claim error is transient.
+	Transient func(err error) bool
 }
 
 // Store is one store under test and the hooks that fault it. Open is
