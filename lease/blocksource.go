@@ -177,17 +177,24 @@ func TakeoverWait(info StoreInfo) time.Duration {
 }
 
 // takeoverWait returns how long after its claim a run of blocks starts at
-// the earliest (rule 14): the longest any
-// holder issues after its last check, plus the clock skew. A consistent
-// older copy of the store written back while its holder runs shows the
-// block free with an old promise; the holder finds out at its next check
-// and stops within that bound.
-func (s *BlockSource) takeoverWait(a *assessment) int64 {
-	d := min(max(s.detect, a.marker.detect, s.detectSeen), maxDetect)
-	if d == 0 {
+// the earliest (rule 14), given the detection bound of a marker that
+// markBounds has raised: the longest any holder issues after its last
+// check, plus the clock skew. A consistent older copy of the store written
+// back while its holder runs shows the block free with an old promise; the
+// holder finds out at its next check and stops within that bound.
+func (s *BlockSource) takeoverWait(detect int64) int64 {
+	if detect == 0 {
 		return 0
 	}
-	return d + ceilSeconds(s.info.MaxClockSkew)
+	return detect + ceilSeconds(s.info.MaxClockSkew)
+}
+
+// markBounds raises m's horizon (rule 13) and detection bound (rule 14)
+// to this process's and to the longest it has read, the bound capped at
+// maxDetect.
+func (s *BlockSource) markBounds(m *fleetMarker) {
+	m.horizon = max(m.horizon, ceilSeconds(s.info.Promise), s.horizonSeen)
+	m.detect = min(max(m.detect, s.detect, s.detectSeen), maxDetect)
 }
 
 // ceilSeconds returns d in whole seconds, rounded up.
@@ -330,8 +337,7 @@ func (s *BlockSource) assess(v *StoreView, now int64) (*assessment, error) {
 		a.write = true
 	}
 	a.marker.id = v.NextID
-	a.marker.horizon = max(a.marker.horizon, ceilSeconds(s.info.Promise), s.horizonSeen)
-	a.marker.detect = min(max(a.marker.detect, s.detect, s.detectSeen), maxDetect)
+	s.markBounds(&a.marker)
 	a.marker.digest = digest
 	a.read = v.Identity
 	return a, nil
@@ -547,7 +553,7 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 			for f := sl.first; f <= c.lease.LastNode; f += s.layout.Size {
 				ch.Claim = append(ch.Claim, f)
 			}
-			if w := s.takeoverWait(a); w > 0 && !(v.Marker == nil && v.Fresh) {
+			if w := s.takeoverWait(a.marker.detect); w > 0 && !(v.Marker == nil && v.Fresh) {
 				// Rule 14: a holder may still be issuing on these
 				// blocks, its claim put back to an older copy (one in
 				// which they were free, with or without a record); it
@@ -732,8 +738,7 @@ func (s *BlockSource) updateHeld(ctx context.Context, c *heldClaim, fill func(*S
 			// Rules 13 and 14: this holder's promise and detection bound
 			// enter the marker with its records (every claim but a fresh
 			// store's first writes its promise here, after its wait).
-			a.marker.horizon = max(m.horizon, ceilSeconds(s.info.Promise), s.horizonSeen)
-			a.marker.detect = min(max(m.detect, s.detect, s.detectSeen), maxDetect)
+			s.markBounds(&a.marker)
 			s.capUnknown(&a.marker, s.now().Unix(), max(s.wait, s.horizonSeen+ceilSeconds(s.info.MaxClockSkew)))
 			promised = fill(ch, a)
 			ch.Marker = formatMarker(s.key, a.marker)

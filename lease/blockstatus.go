@@ -176,13 +176,12 @@ func (s *BlockSource) describe(v *StoreView, now time.Time) FleetStatus {
 	// this process, of markers read before and of a valid marker now.
 	var takeover int64
 	if !(v.Marker == nil && v.Fresh) {
-		d := max(s.detect, s.detectSeen)
+		var bounds fleetMarker
 		if mk.State == "ok" {
-			d = max(d, m.detect)
+			bounds = m
 		}
-		if d = min(d, maxDetect); d > 0 {
-			takeover = d + ceilSeconds(s.info.MaxClockSkew)
-		}
+		s.markBounds(&bounds)
+		takeover = s.takeoverWait(bounds.detect)
 	}
 	st.Takeover = time.Duration(takeover) * time.Second
 	for _, b := range v.Blocks {
