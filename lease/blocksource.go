@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -446,6 +447,25 @@ func (s *BlockSource) choose(v *StoreView, a *assessment, now int64) (slots []cl
 	return slots, refused
 }
 
+// spread returns which of the runs choose returned to claim after a try
+// lost its run to another claimant: one drawn at random among those whose
+// seconds have passed (all equally good by rule 2), else the first.
+// Claimants started together all try the best run first, and one wins;
+// were the losers to try the next best together, and so on, one winner a
+// round, the last of ten could lose every try with runs still free. (The
+// first try takes the best run, so that one process alone always gets the
+// lowest free block.)
+func spread(slots []claimRun, now int64) int {
+	n := 0
+	for n < len(slots) && slots[n].until < now {
+		n++
+	}
+	if n <= 1 {
+		return 0
+	}
+	return rand.IntN(n)
+}
+
 // Acquire claims a run of blocks and returns a lease on it (rules 1 to 9).
 // If the run's previous seconds are still ahead of the clock, Acquire
 // holds the claim, keeping it alive, and waits within ctx, recording no
@@ -485,7 +505,7 @@ func (s *BlockSource) acquireOnce(ctx context.Context) (_ randflake.Lease, waite
 		err     error
 	)
 	for attempt := 0; attempt < 8; attempt++ {
-		c, refused, err = s.claim(ctx)
+		c, refused, err = s.claim(ctx, attempt > 0)
 		if err == nil || (!errors.Is(err, ErrStoreConflict) && !errors.Is(err, ErrBlockHeld)) {
 			break
 		}
@@ -515,8 +535,9 @@ func (s *BlockSource) acquireOnce(ctx context.Context) (_ randflake.Lease, waite
 
 // claim runs the claiming step: assess the store, choose a run, claim it,
 // and, if its seconds have passed, record the promise in the same step.
-// It returns a nil claim if no run can be had.
-func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
+// It returns a nil claim if no run can be had. lost says an earlier try
+// lost its run to another claimant (see spread).
+func (s *BlockSource) claim(ctx context.Context, lost bool) (*heldClaim, int, error) {
 	t0 := s.now()
 	now := t0.Unix()
 	if !inLifetime(now) {
@@ -547,6 +568,9 @@ func (s *BlockSource) claim(ctx context.Context) (*heldClaim, int, error) {
 		ch := &StoreChanges{Records: map[int64][]byte{}}
 		if len(slots) > 0 {
 			sl := slots[0]
+			if lost {
+				sl = slots[spread(slots, now)]
+			}
 			c = &heldClaim{written: map[int64][]byte{}, lease: randflake.Lease{
 				FirstNode: sl.first, LastNode: sl.first + s.blocks*s.layout.Size - 1, Start: sl.until + 1,
 			}}
