@@ -31,6 +31,9 @@ const (
 	// No event starts after this much of the schedule has run, except the
 	// ones every run must have.
 	etcdBudget = 100 * time.Second
+	// etcdLongTTL is the TTL of the member with a longer TTL than the
+	// rest; its horizon is 3 times that, twice the others'.
+	etcdLongTTL = 2 * etcdTTL
 )
 
 // etcdRun is the etcd run's state besides the fleet.
@@ -116,7 +119,7 @@ func TestChaosEtcd(t *testing.T) {
 		requestLimit: 2 * time.Second,
 	})
 	r := &etcdRun{chaosRun: newRun(t, f, 0xe7cd), ctx: ctx, c: c, cli: cli, pl: pl}
-	r.cipher, r.claim = cipher, etcdClaim
+	r.cipher, r.claim, r.ttl = cipher, etcdClaim, etcdTTL
 	version := c.version()
 	f.event("etcd %s, 3 members (client ports %s); %d servers, TTL %v, %d node IDs each; free pool: node IDs 0-%d, the rest claimed by stand-ins",
 		version, strings.Join(c.endpoints(), " "), etcdServers, etcdTTL, etcdClaim, etcdServers*etcdClaim-1)
@@ -139,9 +142,11 @@ func TestChaosEtcd(t *testing.T) {
 		t.Fatalf("the fleet issued no ID within %v after becoming ready", d)
 	}
 
-	required := []string{"kill", "kill", "pause", "partition", "member", "quorum", "wipe", "restore"}
-	events := r.schedule(required, []string{"kill", "pause", "partition", "member", "quorum"}, r.rng.IntN(3))
-	r.play(events, len(required), etcdBudget, time.Second, 3*time.Second, r.do)
+	// The member with a longer TTL comes first, so that every event after
+	// it finds it running.
+	required := []string{"kill", "kill", "pause", "partition", "member", "quorum", "wipe", "restore", "replay", "otherfleet"}
+	events := append([]string{"longttl"}, r.schedule(required, []string{"kill", "pause", "partition", "member", "quorum"}, r.rng.IntN(3))...)
+	r.play(events, len(required)+1, etcdBudget, time.Second, 3*time.Second, r.do)
 
 	head := func(rep *report) string {
 		return fmt.Sprintf("chaos etcd: seed %d, etcd %s, 3 members, %d servers (+%d replacements, +%d claimants), TTL %v; %s; %s, %.0fs",
@@ -184,6 +189,12 @@ func (r *etcdRun) do(ev string) (time.Time, bool) {
 		return r.wipe()
 	case "restore":
 		return r.restore()
+	case "replay":
+		return r.replay()
+	case "longttl":
+		return r.longer([]string{"--etcd-ttl", etcdLongTTL.String(), "--etcd-horizon", (3 * etcdLongTTL).String()}, etcdLongTTL, r.growPool)
+	case "otherfleet":
+		return r.otherFleet()
 	}
 	r.t.Fatalf("unknown event %q", ev)
 	return time.Time{}, false
@@ -225,7 +236,10 @@ func (r *etcdRun) takeOver(s *server, rs int64, known bool, old string, since ti
 		r.takeoverFails++
 		return fmt.Sprintf("claim on %d-%d still held after %.1fs; %s launched", rs, rs+etcdClaim-1, lapse.Seconds(), cl.name)
 	}
-	for time.Since(since) < etcdTTL+8*time.Second {
+	// The claimant waits the detection bound plus the clock bound past its
+	// claim (rule 14): the longest bound of any member that wrote the
+	// marker, the longer-TTL member's once it has.
+	for time.Since(since) < etcdTTL+r.ttl+5*time.Second {
 		v, ok, err := r.pl.claim(r.ctx, rs)
 		if err == nil && ok && v != old {
 			r.takeovers++
@@ -286,7 +300,7 @@ func (r *etcdRun) cutOff(ev string) (time.Time, bool) {
 		s.proc().signal(syscall.SIGCONT)
 		s.addEpisode("SIGSTOP", t0, restored)
 		f.event("SIGCONT %s after %.1fs; %s", s.name, restored.Sub(t0).Seconds(), what)
-		f.expect(s, t0, restored.Add(10*time.Second), "pause")
+		f.expect(s, t0, restored.Add(10*time.Second+r.ttl), "pause")
 	} else {
 		for _, p := range ps {
 			p.Heal()
@@ -297,8 +311,12 @@ func (r *etcdRun) cutOff(ev string) (time.Time, bool) {
 		r.bounds = append(r.bounds, bound{s: s, from: t0, until: restored, max: t0.Add(etcdTTL).Unix() - 1,
 			what: fmt.Sprintf("%s cut off from etcd at %.1fs", s.name, t0.Sub(f.start).Seconds())})
 		f.event("partition of %s healed after %.1fs; %s", s.name, restored.Sub(t0).Seconds(), what)
-		f.expect(s, t0, restored.Add(10*time.Second), "partition", lease503)
+		f.expect(s, t0, restored.Add(10*time.Second+r.ttl), "partition", lease503)
 	}
+	// The server claims again once it finds its claim gone, and that claim
+	// waits the takeover wait (rule 14), longer with the longer-TTL member
+	// in the fleet: its clients' 503s until then are the event's, hence
+	// the TTL in the windows above.
 	s.setState("serving")
 	r.note(ev, restored.Sub(t0))
 	r.growPool("for " + s.name + " to claim again")
@@ -372,7 +390,7 @@ func (r *etcdRun) quorum() (time.Time, bool) {
 	}
 	// A leader that lost its quorum may renew leases until it steps
 	// down, at most two election timeouts later.
-	r.bounds = append(r.bounds, bound{from: tl, until: restored, max: tl.Add(2*electionTimeout+etcdTTL).Unix() - 1,
+	r.bounds = append(r.bounds, bound{from: tl, until: restored, max: tl.Add(2*electionTimeout+r.ttl).Unix() - 1,
 		what: fmt.Sprintf("quorum lost at %.1fs", tl.Sub(f.start).Seconds())})
 	hctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
 	err := waitHealthy(hctx, c.members...)
@@ -472,7 +490,7 @@ func (r *etcdRun) restore() (time.Time, bool) {
 	restarted := time.Now()
 	// No keep-alive can succeed once every member has stopped; the last
 	// one was sent before.
-	r.bounds = append(r.bounds, bound{from: stopped, until: restarted, max: stopped.Add(etcdTTL).Unix() - 1,
+	r.bounds = append(r.bounds, bound{from: stopped, until: restarted, max: stopped.Add(r.ttl).Unix() - 1,
 		what: fmt.Sprintf("every etcd member stopped at %.1fs for the restore", stopped.Sub(f.start).Seconds())})
 	revAfter, _, idAfter, err := r.pl.markerState(rctx)
 	if err != nil {
@@ -515,4 +533,97 @@ func ifNonZero(n int, format string) string {
 		return ""
 	}
 	return fmt.Sprintf(format, n)
+}
+
+// replay saves the record of the block a running server holds and the
+// fleet marker, waits until the fleet has written newer ones (at least
+// 2 s, at most 15 s), then writes the older copy over the running holder
+// in one transaction: the holder's claim deleted, the saved record and
+// marker put back (each validly signed, at a newer revision: nothing
+// shows a restore). A claimant is launched at once, the holder's block
+// the only free one. The holder must find its records not what it wrote
+// at its next renewal and stop issuing, and the claimant's first second
+// must come after the holder's last (docs/leases.md, rule 14): the check
+// of the IDs finds any (second, node ID) the two shared.
+func (r *etcdRun) replay() (time.Time, bool) {
+	f := r.f
+	s := f.pickIssuing(r.rng)
+	if s == nil {
+		f.event("replay: no server issuing IDs")
+		return time.Time{}, false
+	}
+	rs, known := r.serverRange(s)
+	if !known {
+		f.event("replay: %s's block unknown", s.name)
+		return time.Time{}, false
+	}
+	rctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	recKey := fmt.Sprintf("%srecord/%06d", etcdlease.DefaultPrefix, rs)
+	markerKey := etcdlease.DefaultPrefix + "marker"
+	get := func() (rec, marker []byte, err error) {
+		resp, err := r.cli.Txn(rctx).Then(clientv3.OpGet(recKey), clientv3.OpGet(markerKey)).Commit()
+		if err != nil {
+			return nil, nil, err
+		}
+		rr, mr := resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange()
+		if len(rr.Kvs) != 1 || len(mr.Kvs) != 1 {
+			return nil, nil, fmt.Errorf("%s has %d records and the prefix %d markers, want 1 and 1", s.name, len(rr.Kvs), len(mr.Kvs))
+		}
+		return rr.Kvs[0].Value, mr.Kvs[0].Value, nil
+	}
+	savedRec, savedMarker, err := get()
+	if err != nil {
+		r.t.Errorf("replay: saving the record of node IDs %d-%d and the marker: %v", rs, rs+etcdClaim-1, err)
+		return time.Time{}, false
+	}
+	saved := time.Now()
+	for {
+		time.Sleep(250 * time.Millisecond)
+		rec, _, err := get()
+		if err != nil {
+			r.t.Errorf("replay: reading the record of node IDs %d-%d: %v", rs, rs+etcdClaim-1, err)
+			return time.Time{}, false
+		}
+		if time.Since(saved) >= 2*time.Second && string(rec) != string(savedRec) {
+			break
+		}
+		if time.Since(saved) > 15*time.Second {
+			r.t.Errorf("replay: %s wrote no newer record of node IDs %d-%d in %.0fs", s.name, rs, rs+etcdClaim-1, time.Since(saved).Seconds())
+			return time.Time{}, false
+		}
+	}
+	t0 := time.Now()
+	_, err = r.cli.Txn(rctx).Then(clientv3.OpDelete(claimKey(rs)), clientv3.OpPut(recKey, string(savedRec)), clientv3.OpPut(markerKey, string(savedMarker))).Commit()
+	if err != nil {
+		r.t.Fatalf("replay: putting the saved values back: %v", err)
+	}
+	f.claimants++
+	cl := f.launch(fmt.Sprintf("c%d", f.claimants), "claimant", "started as "+s.name+"'s older record was put back")
+	f.event("replay: the record of node IDs %d-%d and the marker saved %.1fs ago put back over %s (%s), its claim deleted; %s launched",
+		rs, rs+etcdClaim-1, t0.Sub(saved).Seconds(), s.name, s.pidString(), cl.name)
+	f.expect(s, t0, t0.Add(within(30*time.Second)), "replay", lease503)
+	// Another block is freed only once the claimant is ready, or once the
+	// holder has had time to stop and claim its block again, so that the
+	// two contend for the one block.
+	grown, d := false, within(40*time.Second)
+	for readyAfter(cl, t0) < 0 {
+		if !grown && time.Since(t0) > r.ttl+10*time.Second {
+			r.growPool("for " + cl.name + " or " + s.name)
+			grown = true
+		}
+		if time.Since(t0) > d {
+			r.t.Errorf("replay: the claimant %s not ready %v after the replay (state %s); log: %s", cl.name, d, cl.getState(), cl.logTail(5))
+			return time.Now(), true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !grown {
+		r.growPool("for " + s.name + " to claim again")
+	}
+	r.note("replay", time.Since(t0))
+	// The claimant waits the takeover wait (rule 14), or the horizon if the
+	// marker put back no longer matches the records others wrote since.
+	f.event("replay: %s ready %.1fs after the replay", cl.name, readyAfter(cl, t0))
+	return time.Now(), true
 }

@@ -36,10 +36,26 @@ func (f *fleet) expect(s *server, from, until time.Time, why string, kinds ...st
 // clientErrors sorts the clients' failures: those an event explains, by
 // event and kind, and the others, by kind.
 func (f *fleet) clientErrors() (expected map[string]map[string]int, unexpected map[string]int) {
+	expected, unexpected = map[string]map[string]int{}, map[string]int{}
+	f.eachFailure(func(s *server, fl failure, why string) {
+		if why == "" {
+			unexpected[fl.kind]++
+			return
+		}
+		if expected[why] == nil {
+			expected[why] = map[string]int{}
+		}
+		expected[why][fl.kind]++
+	})
+	return expected, unexpected
+}
+
+// eachFailure calls fn with every client failure of every server and the
+// event that explains it ("" if none does).
+func (f *fleet) eachFailure(fn func(s *server, fl failure, why string)) {
 	f.mu.Lock()
 	ws := slices.Clone(f.windows)
 	f.mu.Unlock()
-	expected, unexpected = map[string]map[string]int{}, map[string]int{}
 	for _, s := range f.all() {
 		s.coll.mu.Lock()
 		fs := slices.Clone(s.coll.failures)
@@ -53,17 +69,54 @@ func (f *fleet) clientErrors() (expected map[string]map[string]int, unexpected m
 					break
 				}
 			}
-			if why == "" {
-				unexpected[fl.kind]++
-				continue
-			}
-			if expected[why] == nil {
-				expected[why] = map[string]int{}
-			}
-			expected[why][fl.kind]++
+			fn(s, fl, why)
 		}
 	}
-	return expected, unexpected
+}
+
+// unexpectedSpans says, per server and kind, when the unexpected client
+// failures came, in seconds since the start: "s4 503 lease×124
+// 103.2s-105.0s".
+func (f *fleet) unexpectedSpans() []string {
+	type span struct {
+		n        int
+		from, to int64
+	}
+	var keys []string
+	spans := map[string]*span{}
+	f.eachFailure(func(s *server, fl failure, why string) {
+		if why != "" {
+			return
+		}
+		k := s.name + " " + fl.kind
+		sp := spans[k]
+		if sp == nil {
+			sp = &span{from: fl.at, to: fl.at}
+			spans[k] = sp
+			keys = append(keys, k)
+		}
+		sp.n++
+		sp.from, sp.to = min(sp.from, fl.at), max(sp.to, fl.at)
+	})
+	var lines []string
+	for _, k := range keys {
+		sp := spans[k]
+		lines = append(lines, fmt.Sprintf("%s×%d %.1fs-%.1fs", k, sp.n,
+			time.Unix(0, sp.from).Sub(f.start).Seconds(), time.Unix(0, sp.to).Sub(f.start).Seconds()))
+	}
+	return lines
+}
+
+// unexplainedBetween counts the client failures of kind, of every server,
+// between from and until, that no event's window explains.
+func (f *fleet) unexplainedBetween(from, until time.Time, kind string) int {
+	n := 0
+	f.eachFailure(func(_ *server, fl failure, why string) {
+		if why == "" && fl.kind == kind && fl.at >= from.UnixNano() && fl.at <= until.UnixNano() {
+			n++
+		}
+	})
+	return n
 }
 
 // errorLine describes the clients' failures, each count labelled

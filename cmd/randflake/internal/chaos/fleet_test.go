@@ -100,9 +100,14 @@ type server struct {
 	f          *fleet
 	name, role string // role: initial, replacement, claimant
 	note       string // why it was started
-	launched   time.Time
-	logPath    string
-	transport  *http.Transport
+	// extra are serve flags of this server alone, after the fleet's (a
+	// longer TTL); a server with extra flags is spared by the events aimed
+	// at one server (kills, pauses, partitions, replays), whose bounds
+	// assume the fleet's TTL.
+	extra     []string
+	launched  time.Time
+	logPath   string
+	transport *http.Transport
 
 	mu         sync.Mutex
 	p          *proc
@@ -192,8 +197,14 @@ func (s *server) pidString() string {
 // one attempt is ready (serving with a valid lease), then starts its
 // clients.
 func (f *fleet) launch(name, role, note string) *server {
+	return f.launchWith(name, role, note, nil)
+}
+
+// launchWith is launch with serve flags of this server alone after the
+// fleet's (the last of a flag given twice wins).
+func (f *fleet) launchWith(name, role, note string, extra []string) *server {
 	s := &server{
-		f: f, name: name, role: role, note: note, launched: time.Now(),
+		f: f, name: name, role: role, note: note, launched: time.Now(), extra: extra,
 		logPath:    filepath.Join(f.dir, name+".log"),
 		transport:  &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 10 * time.Second},
 		state:      "starting",
@@ -234,6 +245,7 @@ func (f *fleet) supervise(s *server) {
 			s.setState("not started")
 			return
 		}
+		args = append(args, s.extra...)
 		if lf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 			fmt.Fprintf(lf, "=== attempt %d at %s\n", attempt, time.Now().Format(time.RFC3339Nano))
 			lf.Close()
@@ -452,14 +464,15 @@ func (f *fleet) pick(rng *rand.Rand, states ...string) *server {
 }
 
 // pickIssuing returns a random server among those serving that issued IDs
-// in the last second, in launch order, or nil.
+// in the last second, in launch order, or nil. Servers with flags of their
+// own are never picked.
 func (f *fleet) pickIssuing(rng *rand.Rand) *server {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var c []*server
 	recent := time.Now().Add(-time.Second).UnixNano()
 	for _, s := range f.servers {
-		if s.getState() == "serving" && s.coll.lastOK.Load() > recent {
+		if s.getState() == "serving" && s.coll.lastOK.Load() > recent && s.extra == nil {
 			c = append(c, s)
 		}
 	}

@@ -28,6 +28,9 @@ const (
 	// No event starts after this much of the schedule has run, except the
 	// ones every run must have.
 	pgBudget = 50 * time.Second
+	// pgLongTTL is the TTL (and horizon) of the member with a longer TTL
+	// than the rest.
+	pgLongTTL = 2 * pgTTL
 )
 
 // pgRun is the PostgreSQL run's state besides the fleet.
@@ -67,7 +70,7 @@ func TestChaosPostgres(t *testing.T) {
 		requestLimit: 2 * time.Second,
 	})
 	r := &pgRun{chaosRun: newRun(t, f, 0x9e57), ctx: ctx, srv: srv, tab: tab}
-	r.cipher, r.claim = cipher, pgClaim
+	r.cipher, r.claim, r.ttl = cipher, pgClaim, pgTTL
 	f.event("PostgreSQL at %s; %d servers, TTL %v, %d node IDs each; free pool: node IDs 0-%d, the rest claimed by stand-in rows",
 		srv.Addr(), pgServers, pgTTL, pgClaim, pgServers*pgClaim-1)
 	// s1 creates the tables (--postgres-migrate): they are fresh, so its
@@ -93,9 +96,11 @@ func TestChaosPostgres(t *testing.T) {
 	}
 	f.event("fresh tables: the first claims waited nothing (servers ready %s after launch)", readySpan(f.all()))
 
-	required := []string{"kill", "kill", "restart", "wipe", "wipe+marker", "rollback"}
-	events := r.schedule(required, []string{"kill", "restart"}, r.rng.IntN(2))
-	r.play(events, len(required), pgBudget, time.Second, 2*time.Second, r.do)
+	// The member with a longer TTL comes first, so that every event after
+	// it finds it running.
+	required := []string{"kill", "kill", "restart", "wipe", "wipe+marker", "rollback", "otherfleet"}
+	events := append([]string{"longttl"}, r.schedule(required, []string{"kill", "restart"}, r.rng.IntN(2))...)
+	r.play(events, len(required)+1, pgBudget, time.Second, 2*time.Second, r.do)
 
 	head := func(rep *report) string {
 		return fmt.Sprintf("chaos postgres: seed %d, PostgreSQL, %d servers (+%d replacements), TTL %v; %s; %s, %.0fs",
@@ -116,9 +121,25 @@ func (r *pgRun) do(ev string) (time.Time, bool) {
 		return r.wipe(ev)
 	case "rollback":
 		return r.rollback()
+	case "longttl":
+		return r.longer([]string{"--postgres-ttl", pgLongTTL.String(), "--postgres-horizon", pgLongTTL.String()}, pgLongTTL, r.grow)
+	case "otherfleet":
+		return r.otherFleet()
 	}
 	r.t.Fatalf("unknown event %q", ev)
 	return time.Time{}, false
+}
+
+// grow frees one more block, for the member with a longer TTL.
+func (r *pgRun) grow(why string) {
+	gctx, cancel := context.WithTimeout(r.ctx, 20*time.Second)
+	defer cancel()
+	first, err := r.tab.grow(gctx)
+	if err != nil {
+		r.t.Errorf("freeing another block: %v", err)
+		return
+	}
+	r.f.event("node IDs %d-%d freed (%s)", first, first+pgClaim-1, why)
 }
 
 // restart stops the database server (a fast shutdown: connections cut,
@@ -146,7 +167,7 @@ func (r *pgRun) restart() (time.Time, bool) {
 	// No renewal can succeed while the server is down; the last one was
 	// sent before it stopped, and a lease ends 2 x MaxClockSkew and a
 	// margin (a tenth of the TTL) before its claim can lapse.
-	r.bounds = append(r.bounds, bound{from: stopped, until: starting, max: stopped.Add(pgTTL-2*time.Second-pgTTL/10).Unix() - 1,
+	r.bounds = append(r.bounds, bound{from: stopped, until: starting, max: stopped.Add(r.ttl-2*time.Second-r.ttl/10).Unix() - 1,
 		what: fmt.Sprintf("PostgreSQL stopped at %.1fs", stopped.Sub(f.start).Seconds())})
 	limit := within(20 * time.Second)
 	idle := f.waitAllIssuing(started, limit)

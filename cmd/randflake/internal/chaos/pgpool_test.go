@@ -87,6 +87,21 @@ func (p *pgTables) wipe(ctx context.Context, marker bool) (int64, error) {
 	return n, err
 }
 
+// grow frees the block after the pool (deletes its stand-in row, which has
+// no record) and returns its first node ID.
+func (p *pgTables) grow(ctx context.Context) (int64, error) {
+	first := p.free * pgClaim
+	err := p.tx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM `+pgBlocks+` WHERE first_node = $1 AND token = 'stand-in'`, first)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	p.free++
+	return first, nil
+}
+
 // records returns the records of the pool's blocks, by first node ID.
 func (p *pgTables) records(ctx context.Context) (map[int64]string, error) {
 	recs := map[int64]string{}

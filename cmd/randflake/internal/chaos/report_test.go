@@ -51,6 +51,9 @@ func (f *fleet) summarize(r *report, head string, extra []string, rangeSize int6
 	prefix := "chaos " + f.cfg.name + ": "
 	fmt.Println(head)
 	fmt.Println(prefix + f.errorLine())
+	if spans := f.unexpectedSpans(); len(spans) > 0 {
+		fmt.Println(prefix + "unexpected client errors, by server: " + strings.Join(spans, ", "))
+	}
 	var procs []string
 	ends := map[string]int{}
 	var unclean []string

@@ -4,14 +4,19 @@ package chaos
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/leasetest"
 )
 
 // chaosRun is one seeded schedule of events played on a fleet: what the
@@ -26,6 +31,10 @@ type chaosRun struct {
 	// cipher decrypts the fleet's IDs; claim is the node IDs of a block.
 	cipher *randflake.Sparx64
 	claim  int64
+	// ttl is the longest lease TTL of any member launched so far: the
+	// bounds that hold for every member (an outage, a quorum loss) take
+	// it.
+	ttl time.Duration
 	// bounds are the time bounds the IDs are checked against.
 	bounds []bound
 	// recovered says, per event, how long after it the fleet issued again.
@@ -298,4 +307,100 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// longer launches a member whose TTL and horizon are longer than the
+// fleet's (extra: its flags; ttl: its TTL), frees a block for it (grow),
+// and waits until it issues IDs. It runs to the end, spared by the events
+// aimed at one server, so that the wipes, restores, rollbacks and replays
+// after it find a member whose promises reach further than the others'
+// and whose claims the others, after a wipe, know nothing of: each
+// newcomer then waits only its own horizon (docs/leases.md, rules 13 and
+// 14), and the member must stop issuing within its detection bound.
+func (r *chaosRun) longer(extra []string, ttl time.Duration, grow func(why string)) (time.Time, bool) {
+	f := r.f
+	grow("for the member with a longer TTL")
+	s := f.launchWith("long", "longer", "a longer TTL: "+strings.Join(extra, " "), extra)
+	r.ttl = max(r.ttl, ttl)
+	t0 := time.Now()
+	d := within(60 * time.Second)
+	for s.coll.lastOK.Load() == 0 {
+		if time.Since(t0) > d {
+			r.t.Errorf("longttl: the member with %s issued no ID within %v of its launch (state %s); log: %s",
+				strings.Join(extra, " "), d, s.getState(), s.logTail(5))
+			return time.Time{}, false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.note("longttl", time.Since(t0))
+	f.event("longttl: %s (%s) issuing %.1fs after launch; it stays to the end", s.name, strings.Join(extra, " "), time.Since(t0).Seconds())
+	return time.Now(), true
+}
+
+// otherFleet starts one serve process on the fleet's store under another
+// secret, as a second fleet pointed at the same prefix or table by mistake
+// would be. It must exit 1 within 10 s naming another fleet's secret (the
+// conformance suite's AnotherFleet checks that it writes nothing), and the
+// fleet must not pause: no client error window is
+// expected for it (a 503 of any server meanwhile fails the run), and every
+// server serving issues again after the newcomer has exited.
+func (r *chaosRun) otherFleet() (time.Time, bool) {
+	f := r.f
+	other := make([]byte, 16)
+	rand.Read(other)
+	env := make([]string, 0, len(f.cfg.env))
+	for _, kv := range f.cfg.env {
+		if !strings.HasPrefix(kv, "RANDFLAKE_SECRET=") && !strings.HasPrefix(kv, "RANDFLAKE_STATE_DIR=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "RANDFLAKE_SECRET="+hex.EncodeToString(other), "RANDFLAKE_STATE_DIR="+r.t.TempDir())
+	stranger := &server{f: f, name: "other-fleet"}
+	args, undo, err := f.cfg.args(stranger)
+	if err != nil {
+		r.t.Fatalf("otherfleet: %v", err)
+	}
+	defer undo()
+	port, err := leasetest.FreePort()
+	if err != nil {
+		r.t.Fatalf("otherfleet: %v", err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logPath := filepath.Join(f.dir, "other-fleet.log")
+	t0 := time.Now()
+	p, err := startProc("other-fleet", logPath, env, binary, append([]string{"serve", "--listen", addr}, args...)...)
+	if err != nil {
+		r.t.Fatalf("otherfleet: %v", err)
+	}
+	limit := within(10 * time.Second)
+	select {
+	case <-p.done:
+	case <-time.After(limit):
+		r.t.Errorf("otherfleet: a serve process under another secret still runs %v after its start (want exit 1 within 10 s); log: %s", limit, p.tail(5))
+		p.kill()
+	}
+	took := time.Since(t0)
+	if e := p.exit(); e != "exit 1" {
+		r.t.Errorf("otherfleet: a serve process under another secret ended with %s, want exit 1; log: %s", e, p.tail(5))
+	}
+	if last := p.lastLine(); !strings.Contains(last, "another fleet's secret") {
+		r.t.Errorf("otherfleet: the last log line of a serve process under another secret does not name another fleet's secret: %s", last)
+	}
+	exited := time.Now()
+	d := within(10 * time.Second)
+	for _, s := range f.waitAllIssuing(exited, d) {
+		r.t.Errorf("otherfleet: %s issued no ID within %v after the process under another secret exited; its clients' errors: %s; log: %s",
+			s.name, d, s.errorSummary(), s.logTail(5))
+	}
+	again := time.Since(exited)
+	// Requests sent before the exit may still be answered after it.
+	time.Sleep(time.Second)
+	n := f.unexplainedBetween(t0, time.Now(), lease503)
+	if n > 0 {
+		r.t.Errorf("otherfleet: the fleet's clients got %d answers %q while a process under another secret started and exited: the fleet paused", n, lease503)
+	}
+	r.note("otherfleet", took)
+	f.event("otherfleet: a serve process under another secret (%s) ended with %s %.1fs after its start: %s; every server serving issued again %.1fs after; %s meanwhile",
+		stranger.name, p.exit(), took.Seconds(), startFailure(p), again.Seconds(), plural(n, "answer 503 lease", "answers 503 lease"))
+	return exited, true
 }
