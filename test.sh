@@ -178,11 +178,12 @@ wait
 running=0
 if ! $quick; then
 	# The fleet chaos, alone: serve on a 3-member etcd cluster, on
-	# PostgreSQL, and 16 serve on one state directory, under SIGKILL,
-	# SIGSTOP, partitions, quorum loss, wiped claims, restored snapshots
-	# and rolled-back rows (docs/chaos.md). Its dozens of processes
-	# issuing millions of IDs would load both cores for the steps beside
-	# it, whose tests run 3 s leases.
+	# PostgreSQL, on kube-apiserver, and 16 serve on one state directory,
+	# under SIGKILL, SIGSTOP, partitions, quorum loss, wiped claims,
+	# restored snapshots, rolled-back rows and replayed objects, a member
+	# with a longer TTL and one under another secret (docs/chaos.md).
+	# Its dozens of processes issuing millions of IDs would load both
+	# cores for the steps beside it, whose tests run 3 s leases.
 	launch chaos cmd/randflake --vet-tags chaos --vet ./internal/chaos/ -tags chaos ./internal/chaos/
 	wait
 fi

@@ -30,7 +30,7 @@ const (
 	pgBudget = 50 * time.Second
 	// pgLongTTL is the TTL (and horizon) of the member with a longer TTL
 	// than the rest.
-	pgLongTTL = 2 * pgTTL
+	pgLongTTL = 7 * time.Second
 )
 
 // pgRun is the PostgreSQL run's state besides the fleet.

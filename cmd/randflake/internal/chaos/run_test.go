@@ -402,5 +402,5 @@ func (r *chaosRun) otherFleet() (time.Time, bool) {
 	r.note("otherfleet", took)
 	f.event("otherfleet: a serve process under another secret (%s) ended with %s %.1fs after its start: %s; every server serving issued again %.1fs after; %s meanwhile",
 		stranger.name, p.exit(), took.Seconds(), startFailure(p), again.Seconds(), plural(n, "answer 503 lease", "answers 503 lease"))
-	return exited, true
+	return time.Now(), true
 }
