@@ -9,18 +9,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openNoFollow opens path for reading without following a symbolic link
-// in its last element and without blocking on a FIFO or a device, so that
-// a planted link or special file is refused (by checkFile) instead of
-// read through or waited on.
-func openNoFollow(path string) (*os.File, error) {
+// OpenNoFollow opens path with flag and perm (as os.OpenFile) without
+// following a symbolic link in its last element and without blocking on a
+// FIFO or a device, so that a planted link or special file can be refused
+// (its mode checked on the open file) instead of read or written through,
+// or waited on. A link in the last element is an *os.PathError wrapping
+// ErrSymlink.
+func OpenNoFollow(path string, flag int, perm os.FileMode) (*os.File, error) {
 	for {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(path, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, uint32(perm.Perm()))
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err == unix.ELOOP:
-			return nil, &os.PathError{Op: "open", Path: path, Err: errSymlink}
+			return nil, &os.PathError{Op: "open", Path: path, Err: ErrSymlink}
 		case err != nil:
 			return nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}
@@ -28,8 +30,9 @@ func openNoFollow(path string) (*os.File, error) {
 	}
 }
 
-// ownerOK reports whether fi belongs to the current user or to root.
-func ownerOK(fi os.FileInfo) (uid int, ok bool) {
+// OwnerOK reports whether fi belongs to the current user or to root, and
+// its owner's uid (-1 where the platform does not say).
+func OwnerOK(fi os.FileInfo) (uid int, ok bool) {
 	st, isStat := fi.Sys().(*syscall.Stat_t)
 	if !isStat {
 		return -1, false

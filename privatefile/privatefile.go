@@ -74,8 +74,9 @@ const maxLinks = 40
 // and opened (a Secret volume's update) is resolved again.
 const maxAttempts = 8
 
-// errSymlink: a path whose last element is a symbolic link.
-var errSymlink = errors.New("is a symbolic link")
+// ErrSymlink is the error OpenNoFollow wraps for a path whose last
+// element is a symbolic link.
+var ErrSymlink = errors.New("is a symbolic link")
 
 // testHookOpen, set by tests only, runs between resolving a path and
 // opening the file reached, so that tests can change the path there.
@@ -142,9 +143,9 @@ func open(path string) (*os.File, os.FileInfo, error) {
 		if testHookOpen != nil {
 			testHookOpen(r.path)
 		}
-		f, err := openNoFollow(r.path)
+		f, err := OpenNoFollow(r.path, os.O_RDONLY, 0)
 		if err != nil {
-			if again && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, errSymlink)) {
+			if again && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrSymlink)) {
 				continue
 			}
 			return nil, nil, openError(path, r, err)
@@ -186,9 +187,9 @@ func readLimited(f *os.File, path string, limit int64) ([]byte, error) {
 // process's.
 func checkFile(path string, fi os.FileInfo, secret bool) error {
 	if !fi.Mode().IsRegular() {
-		return errorf("%s is not a regular file (%s): give the path of a regular file", path, kind(fi.Mode()))
+		return errorf("%s is not a regular file (%s): give the path of a regular file", path, Kind(fi.Mode()))
 	}
-	uid, ok := ownerOK(fi)
+	uid, ok := OwnerOK(fi)
 	if !ok {
 		return errorf("%s belongs to uid %d, not to this user (uid %d) or root: chown it", path, uid, os.Geteuid())
 	}
@@ -222,7 +223,7 @@ func openError(path string, r reached, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrPermission):
 		return errorf("open %s: permission denied%s%s", path, r.via(), permissionFix())
-	case errors.Is(err, errSymlink):
+	case errors.Is(err, ErrSymlink):
 		return errorf("%s kept being replaced by a symbolic link while being opened: give a path that is not being replaced", path)
 	case errors.Is(err, fs.ErrNotExist):
 		return errorf("%w", &os.PathError{Op: "open", Path: path, Err: fs.ErrNotExist})
@@ -238,11 +239,12 @@ func permissionFix() string {
 // notRegular refuses a path that reached something else than a regular
 // file.
 func notRegular(path string, r reached) error {
-	return errorf("%s is not a regular file (%s)%s: give the path of a regular file", path, kind(r.info.Mode()), r.via())
+	return errorf("%s is not a regular file (%s)%s: give the path of a regular file", path, Kind(r.info.Mode()), r.via())
 }
 
-// kind names a file's type for messages.
-func kind(m os.FileMode) string {
+// Kind names a file's type for messages: "a symbolic link", "a FIFO",
+// "a directory", "a regular file"...
+func Kind(m os.FileMode) string {
 	switch {
 	case m&os.ModeSymlink != 0:
 		return "a symbolic link"

@@ -153,9 +153,9 @@ func (w *walk) run(at string, todo []string) (reached, error) {
 		case fi.IsDir() && (w.fence == "" || len(todo) > 0):
 			at = cur
 		case w.fence == "":
-			return reached{}, errorf("%s: its directory %s is not a directory (%s)", w.path, cur, kind(fi.Mode()))
+			return reached{}, errorf("%s: its directory %s is not a directory (%s)", w.path, cur, Kind(fi.Mode()))
 		case len(todo) > 0:
-			return w.counted(), errorf("%s: %s is not a directory (%s), yet the path goes on below it", w.path, cur, kind(fi.Mode()))
+			return w.counted(), errorf("%s: %s is not a directory (%s), yet the path goes on below it", w.path, cur, Kind(fi.Mode()))
 		default:
 			return reached{path: cur, info: fi, links: w.links}, nil
 		}
@@ -190,12 +190,12 @@ func inside(target, fence, dir string) (string, bool) {
 // may replace the entries in it. A directory that others can change, or a
 // link that another user owns, would let that user choose the file read.
 func checkElement(path, elem string, fi os.FileInfo) error {
-	if uid, ok := ownerOK(fi); !ok {
+	if uid, ok := OwnerOK(fi); !ok {
 		what := elem
 		if elem != path {
 			what = fmt.Sprintf("%s: %s", path, elem)
 		}
-		return errorf("%s (%s) belongs to uid %d, not to this user (uid %d) or root: chown it, or give a path whose links and directories are yours or root's", what, kind(fi.Mode()), uid, os.Geteuid())
+		return errorf("%s (%s) belongs to uid %d, not to this user (uid %d) or root: chown it, or give a path whose links and directories are yours or root's", what, Kind(fi.Mode()), uid, os.Geteuid())
 	}
 	if !fi.IsDir() || fi.Mode().Perm()&0o022 == 0 || fi.Mode()&os.ModeSticky != 0 {
 		return nil

@@ -12,15 +12,18 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/privatefile"
 )
 
-// errSymlink: a path whose last element is a symbolic link.
-var errSymlink = errors.New("is a symbolic link")
+// The checks of the state's files and directories take their primitives
+// from package privatefile: an open that follows no link and never blocks
+// (privatefile.OpenNoFollow), the owner check (privatefile.OwnerOK) and
+// the names of file types (privatefile.Kind).
 
 // explainOpen adds the fix to an open error about a symbolic link.
 func explainOpen(err error) error {
 	var pe *os.PathError
-	if errors.As(err, &pe) && errors.Is(pe.Err, errSymlink) {
+	if errors.As(err, &pe) && errors.Is(pe.Err, privatefile.ErrSymlink) {
 		return fmt.Errorf("%s is a symbolic link: links are not followed here; give the real path", pe.Path)
 	}
 	return err
@@ -35,14 +38,14 @@ func checkOwned(f *os.File, forbid os.FileMode) error {
 		return fmt.Errorf("statedir: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("statedir: %s is not a regular file (%s): give the path of a regular file", f.Name(), kind(fi.Mode()))
+		return fmt.Errorf("statedir: %s is not a regular file (%s): give the path of a regular file", f.Name(), privatefile.Kind(fi.Mode()))
 	}
 	return checkOwner(f.Name(), fi, forbid)
 }
 
 // checkOwner checks the owner and mode of path.
 func checkOwner(path string, fi os.FileInfo, forbid os.FileMode) error {
-	if uid, ok := ownerOK(fi); !ok {
+	if uid, ok := privatefile.OwnerOK(fi); !ok {
 		return fmt.Errorf("statedir: %s: %s", path, ownerFix(path, uid))
 	}
 	if perm := fi.Mode().Perm(); perm&forbid != 0 {
@@ -52,6 +55,14 @@ func checkOwner(path string, fi os.FileInfo, forbid os.FileMode) error {
 		return fmt.Errorf("statedir: %s is writable by group or others (mode %v): chmod go-w it", path, perm)
 	}
 	return nil
+}
+
+// ownerFix is the advice for a path owned by someone else.
+func ownerFix(path string, uid int) string {
+	if uid < 0 {
+		return "it belongs to another user"
+	}
+	return fmt.Sprintf("it belongs to uid %d, not to this user (uid %d) or root: use a state directory of your own, or chown it", uid, os.Geteuid())
 }
 
 // checkDir checks a directory of the state: a real directory, not a link,
@@ -65,35 +76,16 @@ func checkDir(path string) error {
 		return fmt.Errorf("statedir: %s is a symbolic link: links are not followed here; give the real path", path)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("statedir: %s is not a directory (%s)", path, kind(fi.Mode()))
+		return fmt.Errorf("statedir: %s is not a directory (%s)", path, privatefile.Kind(fi.Mode()))
 	}
 	return checkOwner(path, fi, 0o022)
-}
-
-// kind names a file's type for messages.
-func kind(m os.FileMode) string {
-	switch {
-	case m&os.ModeSymlink != 0:
-		return "a symbolic link"
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	case m.IsDir():
-		return "a directory"
-	case m.IsRegular():
-		return "a regular file"
-	}
-	return "a special file"
 }
 
 // readStateFile reads a small private file of the state directory: as
 // ReadPrivateFile, but refusing a symbolic link outright and any access
 // by group or others (mode bits 0077).
 func readStateFile(path string, limit int64) ([]byte, error) {
-	f, err := openNoFollow(path, os.O_RDONLY, 0)
+	f, err := privatefile.OpenNoFollow(path, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("statedir: %w", explainOpen(err))
 	}
@@ -122,7 +114,7 @@ func readLimited(f *os.File, path string, limit int64) ([]byte, error) {
 // openOwned opens (creating if asked) a file of the state directory that
 // must be a regular file of ours, not writable by group or others.
 func openOwned(path string, flag int) (*os.File, error) {
-	f, err := openNoFollow(path, flag, 0o600)
+	f, err := privatefile.OpenNoFollow(path, flag, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("statedir: %w", explainOpen(err))
 	}
@@ -142,7 +134,7 @@ func writeDurably(path string, data []byte) error {
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("statedir: %w", err)
 	}
-	f, err := openNoFollow(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := privatefile.OpenNoFollow(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("statedir: %w", explainOpen(err))
 	}
