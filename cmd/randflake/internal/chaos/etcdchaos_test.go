@@ -603,23 +603,8 @@ func (r *etcdRun) replay() (time.Time, bool) {
 	f.event("replay: the record of node IDs %d-%d and the marker saved %.1fs ago put back over %s (%s), its claim deleted; %s launched",
 		rs, rs+etcdClaim-1, t0.Sub(saved).Seconds(), s.name, s.pidString(), cl.name)
 	f.expect(s, t0, t0.Add(within(30*time.Second)), "replay", lease503)
-	// Another block is freed only once the claimant is ready, or once the
-	// holder has had time to stop and claim its block again, so that the
-	// two contend for the one block.
-	grown, d := false, within(40*time.Second)
-	for readyAfter(cl, t0) < 0 {
-		if !grown && time.Since(t0) > r.ttl+10*time.Second {
-			r.growPool("for " + cl.name + " or " + s.name)
-			grown = true
-		}
-		if time.Since(t0) > d {
-			r.t.Errorf("replay: the claimant %s not ready %v after the replay (state %s); log: %s", cl.name, d, cl.getState(), cl.logTail(5))
-			return time.Now(), true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !grown {
-		r.growPool("for " + s.name + " to claim again")
+	if !r.awaitClaimant(cl, s, t0, r.ttl+10*time.Second, within(40*time.Second), r.growPool) {
+		return time.Now(), true
 	}
 	r.note("replay", time.Since(t0))
 	// The claimant waits the takeover wait (rule 14), or the horizon if the

@@ -251,20 +251,8 @@ func (r *kubeRun) replay() (time.Time, bool) {
 	f.event("replay: %s and %s as saved %.1fs ago put back over %s (%s, node IDs %d-%d) in %.2fs; %s launched",
 		block, kubelease.DefaultName, t0.Sub(saved).Seconds(), s.name, s.pidString(), rs, rs+kubeClaim-1, time.Since(t0).Seconds(), cl.name)
 	f.expect(s, t0, t0.Add(within(40*time.Second)), "replay", lease503)
-	grown, d := false, within(50*time.Second)
-	for readyAfter(cl, t0) < 0 {
-		if !grown && time.Since(t0) > r.ttl+kubeWait*time.Second+5*time.Second {
-			r.grow("for " + cl.name + " or " + s.name)
-			grown = true
-		}
-		if time.Since(t0) > d {
-			r.t.Errorf("replay: the claimant %s not ready %v after the replay (state %s); log: %s", cl.name, d, cl.getState(), cl.logTail(5))
-			return time.Now(), true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !grown {
-		r.grow("for " + s.name + " to claim again")
+	if !r.awaitClaimant(cl, s, t0, r.ttl+kubeWait*time.Second+5*time.Second, within(50*time.Second), r.grow) {
+		return time.Now(), true
 	}
 	r.note("replay", time.Since(t0))
 	f.event("replay: %s ready %.1fs after the replay", cl.name, readyAfter(cl, t0))

@@ -404,3 +404,28 @@ func (r *chaosRun) otherFleet() (time.Time, bool) {
 		stranger.name, p.exit(), took.Seconds(), startFailure(p), again.Seconds(), plural(n, "answer 503 lease", "answers 503 lease"))
 	return time.Now(), true
 }
+
+// awaitClaimant waits until cl, a claimant launched at t0 when the block of
+// the running holder s was made to look free (a replay), is ready. Another
+// block is freed (grow) only once cl is ready, or once growAfter has
+// passed (time for s to stop and claim its block again), so that the two
+// contend for the one block first. It reports false, having failed the
+// test, if cl is not ready within limit.
+func (r *chaosRun) awaitClaimant(cl, s *server, t0 time.Time, growAfter, limit time.Duration, grow func(why string)) bool {
+	grown := false
+	for readyAfter(cl, t0) < 0 {
+		if !grown && time.Since(t0) > growAfter {
+			grow("for " + cl.name + " or " + s.name)
+			grown = true
+		}
+		if time.Since(t0) > limit {
+			r.t.Errorf("replay: the claimant %s not ready %v after the replay (state %s); log: %s", cl.name, limit, cl.getState(), cl.logTail(5))
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !grown {
+		grow("for " + s.name + " to claim again")
+	}
+	return true
+}
