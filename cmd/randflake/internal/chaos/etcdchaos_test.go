@@ -547,14 +547,8 @@ func ifNonZero(n int, format string) string {
 // of the IDs finds any (second, node ID) the two shared.
 func (r *etcdRun) replay() (time.Time, bool) {
 	f := r.f
-	s := f.pickIssuing(r.rng)
-	if s == nil {
-		f.event("replay: no server issuing IDs")
-		return time.Time{}, false
-	}
-	rs, known := r.serverRange(s)
-	if !known {
-		f.event("replay: %s's block unknown", s.name)
+	s, rs, ok := r.pickHolder("replay")
+	if !ok {
 		return time.Time{}, false
 	}
 	rctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)

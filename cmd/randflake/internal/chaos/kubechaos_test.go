@@ -200,14 +200,8 @@ func (r *kubeRun) wipe() (time.Time, bool) {
 // any (second, node ID) the holder and the claimant shared.
 func (r *kubeRun) replay() (time.Time, bool) {
 	f := r.f
-	s := f.pickIssuing(r.rng)
-	if s == nil {
-		f.event("replay: no server issuing IDs")
-		return time.Time{}, false
-	}
-	rs, known := r.serverRange(s)
-	if !known {
-		f.event("replay: %s's block unknown", s.name)
+	s, rs, ok := r.pickHolder("replay")
+	if !ok {
 		return time.Time{}, false
 	}
 	block := kubelease.BlockName(kubelease.DefaultName, rs)

@@ -429,3 +429,17 @@ func (r *chaosRun) awaitClaimant(cl, s *server, t0 time.Time, growAfter, limit t
 	}
 	return true
 }
+
+// pickHolder returns a server issuing IDs, picked at random, and the first
+// node ID of the block it issues on; ok is false (said in the timeline for
+// the event ev) if there is none, or its block is not known yet.
+func (r *chaosRun) pickHolder(ev string) (s *server, first int64, ok bool) {
+	if s = r.f.pickIssuing(r.rng); s == nil {
+		r.f.event("%s: no server issuing IDs", ev)
+		return nil, 0, false
+	}
+	if first, ok = r.serverRange(s); !ok {
+		r.f.event("%s: %s's block unknown", ev, s.name)
+	}
+	return s, first, ok
+}
