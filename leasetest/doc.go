@@ -60,8 +60,7 @@
 // test ends), ClaimReleaseCycles (concurrent claims and releases, each
 // lease after the second its block last recorded) and CutOff (a holder
 // cut off through a Proxy, its node IDs taken over, the partition
-// healed). StartServer, ServerFor and LogTail run the real server a
-// store needs (etcd, PostgreSQL) for a test: started from the test
-// binary, stopped by its process ID, skipped or failed when it is not
-// installed.
+// healed). Starting the real server a store needs (etcd, PostgreSQL,
+// kube-apiserver) is left to the store's own tests; this repository's
+// do it with a package of their own that this one does not export.
 package leasetest

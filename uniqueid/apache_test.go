@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake/internal/slowdown"
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // The interoperability test runs the real Apache httpd, as packaged by
@@ -128,7 +128,7 @@ type httpdServer struct {
 func startHTTPD(t *testing.T, a apacheInstall) *httpdServer {
 	t.Helper()
 	var s *httpdServer
-	err := leasetest.StartOnFreePorts("httpd", 1, func(ports []int) error {
+	err := testserver.StartOnFreePorts("httpd", 1, func(ports []int) error {
 		var err error
 		s, err = tryHTTPD(t, a, ports[0])
 		return err
@@ -140,7 +140,7 @@ func startHTTPD(t *testing.T, a apacheInstall) *httpdServer {
 }
 
 // tryHTTPD starts httpd on port and waits until it serves; an error wraps
-// leasetest.ErrPortTaken if httpd could not bind the port.
+// testserver.ErrPortTaken if httpd could not bind the port.
 func tryHTTPD(t *testing.T, a apacheInstall, port int) (*httpdServer, error) {
 	t.Helper()
 	dir := t.TempDir()
@@ -209,7 +209,7 @@ Redirect 204 /
 		case <-s.done:
 			out, log := s.output.String(), s.readErrorLog()
 			if strings.Contains(out+log, "Address already in use") {
-				return nil, fmt.Errorf("httpd on port %d: %w:\n%s\n%s", port, leasetest.ErrPortTaken, out, log)
+				return nil, fmt.Errorf("httpd on port %d: %w:\n%s\n%s", port, testserver.ErrPortTaken, out, log)
 			}
 			return nil, fmt.Errorf("httpd exited during startup: %v\n%s\n%s", s.waitErr, out, log)
 		default:

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 	"go.uber.org/zap"
 )
 
@@ -220,7 +220,7 @@ func TestServeLogFormatAndAccessLog(t *testing.T) {
 // meant for it (if any) binds it.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	port, err := leasetest.FreePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

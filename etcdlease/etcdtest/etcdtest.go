@@ -41,12 +41,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // BinEnv is the environment variable that, when set, names the directory
 // holding etcd and etcdctl; [Find] then looks nowhere else.
-const BinEnv = leasetest.EtcdBinEnv
+const BinEnv = testserver.EtcdBinEnv
 
 // DefaultClusterToken is the initial cluster token of a new server. The
 // cluster ID derives from it and from the member's name and peer URL, so a
@@ -56,7 +56,7 @@ const DefaultClusterToken = "randflake-etcdtest"
 
 // ErrNotFound is returned, wrapped in an error saying how to install the
 // binaries, by [Find] and [Start] when etcd or etcdctl is not found.
-var ErrNotFound = leasetest.ErrNoEtcd
+var ErrNotFound = testserver.ErrNoEtcd
 
 const installHint = "install them (Debian: apt-get install etcd-server etcd-client) or set $" + BinEnv + " to their directory"
 
@@ -68,7 +68,7 @@ const memberName = "randflake-test"
 // on PATH. If either is missing, the error wraps [ErrNotFound] and says how
 // to install them.
 func Find() (etcd, etcdctl string, err error) {
-	etcd, etcdctl, err = leasetest.FindEtcd()
+	etcd, etcdctl, err = testserver.FindEtcd()
 	if err != nil {
 		return "", "", fmt.Errorf("%w; %s", err, installHint)
 	}
@@ -78,7 +78,7 @@ func Find() (etcd, etcdctl string, err error) {
 // Required reports whether tests needing etcd must fail rather than be
 // skipped when there are no binaries: whether the CI environment variable
 // is set to anything but "", "false" or "0".
-func Required() bool { return leasetest.ServersRequired() }
+func Required() bool { return testserver.ServersRequired() }
 
 // Server is a throwaway etcd server for tests. Its methods may be called
 // from any goroutine.
@@ -88,11 +88,11 @@ type Server struct {
 	log           string // the server's log file
 	client, peer  int    // ports on 127.0.0.1
 
-	mu     sync.Mutex               // serializes Start, Stop, Restore and Close
-	data   string                   // the current data directory
-	token  string                   // the initial cluster token of the current data
-	gen    int                      // data directories made so far
-	proc   *leasetest.ServerProcess // the running etcd, nil when stopped
+	mu     sync.Mutex                // serializes Start, Stop, Restore and Close
+	data   string                    // the current data directory
+	token  string                    // the initial cluster token of the current data
+	gen    int                       // data directories made so far
+	proc   *testserver.ServerProcess // the running etcd, nil when stopped
 	closed bool
 }
 
@@ -112,7 +112,7 @@ func Start() (*Server, error) {
 	// A port another program took first fails etcd's bind: start it again
 	// on new ports, in a new data directory (the member's peer URL is in
 	// its data).
-	err = leasetest.StartOnFreePorts("etcdtest: starting etcd", 2, func(ports []int) error {
+	err = testserver.StartOnFreePorts("etcdtest: starting etcd", 2, func(ports []int) error {
 		s.client, s.peer = ports[0], ports[1]
 		s.data = s.newDataDir()
 		return s.Start()
@@ -140,7 +140,7 @@ func makeDir() (string, error) {
 // the server does not start.
 func New(t testing.TB) *Server {
 	t.Helper()
-	return leasetest.ServerFor(t, "etcdtest: starting etcd", Start, ErrNotFound)
+	return testserver.ServerFor(t, "etcdtest: starting etcd", Start, ErrNotFound)
 }
 
 // newDataDir names a data directory not used yet.
@@ -217,11 +217,11 @@ func (s *Server) startLocked() error {
 	cmd := exec.Command(s.etcd, s.member(s.data, s.token).Args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	name := "etcdtest: etcd on " + s.data
-	proc, err := leasetest.StartServer(name, cmd, s.log)
+	proc, err := testserver.StartServer(name, cmd, s.log)
 	if err != nil {
 		return err
 	}
-	if err := leasetest.WaitReady(proc, name, "healthy", readyTimeout, 20*time.Millisecond, s.ready); err != nil {
+	if err := testserver.WaitReady(proc, name, "healthy", readyTimeout, 20*time.Millisecond, s.ready); err != nil {
 		return err
 	}
 	s.proc = proc
@@ -229,8 +229,8 @@ func (s *Server) startLocked() error {
 }
 
 // member describes the server's member on data, under token.
-func (s *Server) member(data, token string) leasetest.EtcdMember {
-	return leasetest.EtcdMember{Name: memberName, DataDir: data, ClientURL: s.URL(), PeerURL: s.peerURL(), Token: token}
+func (s *Server) member(data, token string) testserver.EtcdMember {
+	return testserver.EtcdMember{Name: memberName, DataDir: data, ClientURL: s.URL(), PeerURL: s.peerURL(), Token: token}
 }
 
 // readyTimeout is how long a start may take on idle cores, stretched by
@@ -240,9 +240,9 @@ const readyTimeout = 30 * time.Second
 // ready reports whether the server is healthy, and is this server: its
 // member list holds this server's peer URL, which no other server has
 // (FreePort reserves it). Another etcd answering on the client port is
-// leasetest.ErrPortTaken: ours cannot have bound it.
+// testserver.ErrPortTaken: ours cannot have bound it.
 func (s *Server) ready(ctx context.Context) error {
-	members, err := leasetest.EtcdHealthy(ctx, s.URL())
+	members, err := testserver.EtcdHealthy(ctx, s.URL())
 	if err != nil {
 		return err
 	}
@@ -253,7 +253,7 @@ func (s *Server) ready(ctx context.Context) error {
 			}
 		}
 	}
-	return fmt.Errorf("%w: the etcd on %s is not this server: its members %+v lack peer URL %s", leasetest.ErrPortTaken, s.URL(), members, s.peerURL())
+	return fmt.Errorf("%w: the etcd on %s is not this server: its members %+v lack peer URL %s", testserver.ErrPortTaken, s.URL(), members, s.peerURL())
 }
 
 // Stop stops the server by its process ID, with SIGTERM (etcd then shuts
@@ -307,7 +307,7 @@ func (s *Server) Close() {
 // ctx, and returns its standard output; the error includes its standard
 // error. For example Ctl(ctx, "del", "--prefix", "/") deletes every key.
 func (s *Server) Ctl(ctx context.Context, args ...string) ([]byte, error) {
-	return leasetest.Etcdctl(ctx, s.etcdctl, append([]string{"--endpoints=" + s.URL(), "--dial-timeout=2s", "--command-timeout=10s"}, args...)...)
+	return testserver.Etcdctl(ctx, s.etcdctl, append([]string{"--endpoints=" + s.URL(), "--dial-timeout=2s", "--command-timeout=10s"}, args...)...)
 }
 
 // Snapshot saves a snapshot of the running server's keyspace to path, with
@@ -356,4 +356,4 @@ func (s *Server) Restore(ctx context.Context, path string, opts RestoreOptions) 
 
 // LogTail returns the last 4 KB of the server's log (warnings and worse,
 // and a line per start), for failure messages.
-func (s *Server) LogTail() string { return leasetest.LogTail(s.log) }
+func (s *Server) LogTail() string { return testserver.LogTail(s.log) }

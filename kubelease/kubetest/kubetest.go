@@ -14,7 +14,7 @@
 // the API server (which is restarted, as Kubernetes asks): the resource
 // versions go back to the snapshot's.
 //
-// The servers take their ports from leasetest.FreePort, and a server that
+// The servers take their ports from testserver.FreePort, and a server that
 // finds a port taken all the same is started again on new ones. The API
 // server's address ([Cluster.Addr]) is a listener the test process holds
 // for the cluster's life, which forwards each connection to the API
@@ -61,7 +61,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake/internal/slowdown"
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // Version is the kube-apiserver release the tests run.
@@ -96,7 +96,7 @@ func Find() (apiserver, etcd, etcdctl string, err error) {
 	if fi, err := os.Stat(apiserver); err != nil || fi.IsDir() {
 		return "", "", "", fmt.Errorf("%w: no kube-apiserver at %s; %s", ErrNotFound, apiserver, hint)
 	}
-	etcd, etcdctl, err = leasetest.FindEtcd()
+	etcd, etcdctl, err = testserver.FindEtcd()
 	if err != nil {
 		return "", "", "", fmt.Errorf("%w: %v; %s", ErrNotFound, err, hint)
 	}
@@ -206,8 +206,8 @@ type Cluster struct {
 	gen                int
 	etcdPort, peerPort int // etcd's ports of the moment
 	apiPort            int // the API server's port of the moment, behind front
-	etcdP              *leasetest.ServerProcess
-	apiP               *leasetest.ServerProcess
+	etcdP              *testserver.ServerProcess
+	apiP               *testserver.ServerProcess
 	closed             bool
 	started            time.Duration // how long the API server took to be ready, last start
 }
@@ -218,7 +218,7 @@ type Cluster struct {
 func New(t testing.TB) *Cluster {
 	t.Helper()
 	SkipShort(t)
-	return leasetest.ServerFor(t, "kubetest: starting etcd and kube-apiserver", Start, ErrNotFound)
+	return testserver.ServerFor(t, "kubetest: starting etcd and kube-apiserver", Start, ErrNotFound)
 }
 
 // Start starts etcd and kube-apiserver in a new temporary directory and
@@ -466,24 +466,24 @@ func (c *Cluster) startEtcd(ctx context.Context, snapshot string) error {
 		return c.runEtcd()
 	}
 	if c.etcdPort != 0 {
-		if err := try([]int{c.etcdPort, c.peerPort}); !errors.Is(err, leasetest.ErrPortTaken) {
+		if err := try([]int{c.etcdPort, c.peerPort}); !errors.Is(err, testserver.ErrPortTaken) {
 			return err
 		}
 	}
-	return leasetest.StartOnFreePorts("kubetest: etcd", 2, try)
+	return testserver.StartOnFreePorts("kubetest: etcd", 2, try)
 }
 
 // runEtcd starts etcd on c.data and its ports of the moment and waits
-// until it is healthy. An error wraps leasetest.ErrPortTaken if etcd could
+// until it is healthy. An error wraps testserver.ErrPortTaken if etcd could
 // not bind a port. c.mu is held.
 func (c *Cluster) runEtcd() error {
 	cmd := exec.Command(c.etcd, c.member().Args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p, err := leasetest.StartServer("kubetest: etcd", cmd, c.path("etcd.log"))
+	p, err := testserver.StartServer("kubetest: etcd", cmd, c.path("etcd.log"))
 	if err != nil {
 		return err
 	}
-	err = leasetest.WaitReady(p, "kubetest: etcd", "healthy", etcdReady, 20*time.Millisecond, c.etcdHealthy)
+	err = testserver.WaitReady(p, "kubetest: etcd", "healthy", etcdReady, 20*time.Millisecond, c.etcdHealthy)
 	if err != nil {
 		return err
 	}
@@ -494,20 +494,20 @@ func (c *Cluster) runEtcd() error {
 // member describes etcd's member: on c.data and its ports of the moment,
 // named after the cluster, which also names its cluster token. c.mu is
 // held.
-func (c *Cluster) member() leasetest.EtcdMember {
-	return leasetest.EtcdMember{Name: c.etcdName, DataDir: c.data, ClientURL: c.etcdURL(), PeerURL: c.peerURL(), Token: c.etcdName}
+func (c *Cluster) member() testserver.EtcdMember {
+	return testserver.EtcdMember{Name: c.etcdName, DataDir: c.data, ClientURL: c.etcdURL(), PeerURL: c.peerURL(), Token: c.etcdName}
 }
 
 // etcdHealthy asks etcd whether it is healthy, and whether it is this
 // cluster's: another server that took the port would answer too (that is
-// leasetest.ErrPortTaken).
+// testserver.ErrPortTaken).
 func (c *Cluster) etcdHealthy(ctx context.Context) error {
-	members, err := leasetest.EtcdHealthy(ctx, c.etcdURL())
+	members, err := testserver.EtcdHealthy(ctx, c.etcdURL())
 	if err != nil {
 		return err
 	}
 	if len(members) != 1 || members[0].Name != c.etcdName {
-		return fmt.Errorf("%w: %s answers for members %+v, not this cluster's %s: another etcd", leasetest.ErrPortTaken, c.etcdURL(), members, c.etcdName)
+		return fmt.Errorf("%w: %s answers for members %+v, not this cluster's %s: another etcd", testserver.ErrPortTaken, c.etcdURL(), members, c.etcdName)
 	}
 	return nil
 }
@@ -517,15 +517,15 @@ func (c *Cluster) etcdHealthy(ctx context.Context) error {
 // cluster's address at it once it is ready. c.mu is held.
 func (c *Cluster) startAPI() error {
 	if c.apiPort != 0 {
-		if err := c.runAPI(c.apiPort); !errors.Is(err, leasetest.ErrPortTaken) {
+		if err := c.runAPI(c.apiPort); !errors.Is(err, testserver.ErrPortTaken) {
 			return err
 		}
 	}
-	return leasetest.StartOnFreePorts("kubetest: kube-apiserver", 1, func(ports []int) error { return c.runAPI(ports[0]) })
+	return testserver.StartOnFreePorts("kubetest: kube-apiserver", 1, func(ports []int) error { return c.runAPI(ports[0]) })
 }
 
 // runAPI starts the API server on port and waits until it is ready. An
-// error wraps leasetest.ErrPortTaken if it could not bind the port. c.mu
+// error wraps testserver.ErrPortTaken if it could not bind the port. c.mu
 // is held.
 func (c *Cluster) runAPI(port int) error {
 	start := time.Now()
@@ -545,14 +545,14 @@ func (c *Cluster) runAPI(port int) error {
 		"--profiling=false",
 		"--v", "1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p, err := leasetest.StartServer("kubetest: kube-apiserver", cmd, c.path("apiserver.log"))
+	p, err := testserver.StartServer("kubetest: kube-apiserver", cmd, c.path("apiserver.log"))
 	if err != nil {
 		return err
 	}
 	// Probed on its own port: only this API server, with this CA's
 	// certificate, accepts the administrator's token.
 	url := "https://127.0.0.1:" + strconv.Itoa(port)
-	if err := leasetest.WaitReady(p, "kubetest: kube-apiserver", "ready", apiReady, 100*time.Millisecond, func(ctx context.Context) error { return c.ready(ctx, url) }); err != nil {
+	if err := testserver.WaitReady(p, "kubetest: kube-apiserver", "ready", apiReady, 100*time.Millisecond, func(ctx context.Context) error { return c.ready(ctx, url) }); err != nil {
 		return err
 	}
 	c.apiP, c.apiPort = p, port
@@ -668,7 +668,7 @@ func (c *Cluster) Restore(ctx context.Context, path string) error {
 }
 
 func (c *Cluster) ctl(ctx context.Context, args ...string) ([]byte, error) {
-	return leasetest.Etcdctl(ctx, c.etcdctl, args...)
+	return testserver.Etcdctl(ctx, c.etcdctl, args...)
 }
 
 // Close stops the API server and etcd, closes the API server's address
@@ -694,7 +694,7 @@ func (c *Cluster) closeLocked() {
 
 // LogTail returns the last lines of the API server's log, for failure
 // messages.
-func (c *Cluster) LogTail() string { return leasetest.LogTail(c.path("apiserver.log")) }
+func (c *Cluster) LogTail() string { return testserver.LogTail(c.path("apiserver.log")) }
 
 // Do sends a request as the administrator: method on path, with in as
 // its JSON body (if not nil), decoding a success into out (if not nil).

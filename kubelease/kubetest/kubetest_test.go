@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // A server that finds its port taken starts again on new ones: etcd on a
@@ -18,7 +18,7 @@ import (
 func TestStartOnTakenPorts(t *testing.T) {
 	SkipShort(t)
 	apiserver, etcd, etcdctl, err := Find()
-	if errors.Is(err, ErrNotFound) && !leasetest.ServersRequired() {
+	if errors.Is(err, ErrNotFound) && !testserver.ServersRequired() {
 		t.Skip(err)
 	}
 	if err != nil {
@@ -49,7 +49,7 @@ func TestStartOnTakenPorts(t *testing.T) {
 	}
 	defer squatter.Close()
 	takenEtcd, takenAPI := port(t, impostor), port(t, squatter)
-	peer, err := leasetest.FreePort()
+	peer, err := testserver.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // shared is the cluster the tests of a package share (Shared), started on
@@ -38,7 +38,7 @@ func Shared(t testing.TB) *Cluster {
 	t.Helper()
 	SkipShort(t)
 	shared.once.Do(func() { shared.c, shared.err = Start() })
-	if errors.Is(shared.err, ErrNotFound) && !leasetest.ServersRequired() {
+	if errors.Is(shared.err, ErrNotFound) && !testserver.ServersRequired() {
 		t.Skip(shared.err)
 	}
 	if shared.err != nil {

@@ -44,7 +44,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/randflake/randflake/internal/slowdown"
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // sinceStart measures the process's slowdown from its start (the package's
@@ -114,7 +114,7 @@ func hasBinaries(dir string) bool {
 // Required reports whether tests needing a server must fail rather than
 // be skipped when there are no server binaries: whether the CI
 // environment variable is set to anything but "", "false" or "0".
-func Required() bool { return leasetest.ServersRequired() }
+func Required() bool { return testserver.ServersRequired() }
 
 // Server is a throwaway PostgreSQL server for tests. Its methods may be
 // called from any goroutine.
@@ -125,8 +125,8 @@ type Server struct {
 	cred *syscall.Credential // the postgres user's, when running as root
 	log  string              // the server's log file
 
-	mu     sync.Mutex               // serializes Start, Stop and Close
-	proc   *leasetest.ServerProcess // the running postgres, nil when stopped
+	mu     sync.Mutex                // serializes Start, Stop and Close
+	proc   *testserver.ServerProcess // the running postgres, nil when stopped
 	closed bool
 }
 
@@ -148,7 +148,7 @@ func started(s *Server, err error) (*Server, error) {
 	if err == nil {
 		// A port another program took first fails postgres's bind:
 		// start it again on a new one.
-		err = leasetest.StartOnFreePorts("pgtest: starting postgres", 1, func(ports []int) error {
+		err = testserver.StartOnFreePorts("pgtest: starting postgres", 1, func(ports []int) error {
 			s.port = ports[0]
 			return s.Start()
 		})
@@ -350,7 +350,7 @@ func (s *Server) Start() error {
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=32MB", "-c", "log_min_messages=warning")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
-	proc, err := leasetest.StartServer("pgtest: postgres", cmd, s.log)
+	proc, err := testserver.StartServer("pgtest: postgres", cmd, s.log)
 	if err != nil {
 		return err
 	}
@@ -372,7 +372,7 @@ func (s *Server) Start() error {
 				// have bound it.
 				s.stopLocked()
 				return fmt.Errorf("pgtest: %w: the server on %s serves %s, not this server's %s",
-					leasetest.ErrPortTaken, s.Addr(), dataDir, filepath.Join(s.dir, "data"))
+					testserver.ErrPortTaken, s.Addr(), dataDir, filepath.Join(s.dir, "data"))
 			}
 			return nil
 		}
@@ -469,7 +469,7 @@ func (s *Server) Dir() string { return s.dir }
 
 // LogTail returns the last 4 KB of the server's log, for failure
 // messages. Only warnings and worse are logged.
-func (s *Server) LogTail() string { return leasetest.LogTail(s.log) }
+func (s *Server) LogTail() string { return testserver.LogTail(s.log) }
 
 var (
 	shared    *Server // started by Main
@@ -536,5 +536,5 @@ func Shared(t testing.TB) *Server {
 // fails t if the server does not start.
 func New(t testing.TB) *Server {
 	t.Helper()
-	return leasetest.ServerFor(t, "pgtest: starting PostgreSQL", Start, ErrNotFound)
+	return testserver.ServerFor(t, "pgtest: starting PostgreSQL", Start, ErrNotFound)
 }

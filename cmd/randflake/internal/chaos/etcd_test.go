@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake/etcdlease/etcdtest"
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -65,10 +65,10 @@ func newCluster(dir string, n int, token string) (*cluster, error) {
 	for i := range n {
 		m := &member{c: c, name: fmt.Sprintf("m%d", i+1)}
 		var err error
-		if m.clientPort, err = leasetest.FreePort(); err != nil {
+		if m.clientPort, err = testserver.FreePort(); err != nil {
 			return nil, err
 		}
-		if m.peerPort, err = leasetest.FreePort(); err != nil {
+		if m.peerPort, err = testserver.FreePort(); err != nil {
 			return nil, err
 		}
 		m.dataDir = filepath.Join(dir, m.name+".data")

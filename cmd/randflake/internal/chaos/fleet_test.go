@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake/internal/slowdown"
+	"github.com/randflake/randflake/internal/testserver"
 	"github.com/randflake/randflake/leasetest"
 )
 
@@ -232,7 +233,7 @@ func (f *fleet) supervise(s *server) {
 			s.setState("not started")
 			return
 		}
-		port, err := leasetest.FreePort()
+		port, err := testserver.FreePort()
 		if err != nil {
 			f.t.Errorf("%s: %v", s.name, err)
 			s.setState("not started")

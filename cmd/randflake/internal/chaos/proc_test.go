@@ -11,15 +11,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // proc is one OS process started by a test (an etcd member, a serve
-// process), its output in a log file. leasetest.StartServer starts it and
+// process), its output in a log file. testserver.StartServer starts it and
 // follows it; it is signalled by its process ID.
 type proc struct {
 	name    string
-	sp      *leasetest.ServerProcess
+	sp      *testserver.ServerProcess
 	logPath string
 	started time.Time
 	done    <-chan struct{} // closed when the process has been reaped
@@ -30,7 +30,7 @@ func startProc(name, logPath string, env []string, bin string, args ...string) (
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.SysProcAttr = sysProcAttr()
-	sp, err := leasetest.StartServer(name, cmd, logPath)
+	sp, err := testserver.StartServer(name, cmd, logPath)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
-	"github.com/randflake/randflake/leasetest"
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // chaosRun is one seeded schedule of events played on a fleet: what the
@@ -361,7 +361,7 @@ func (r *chaosRun) otherFleet() (time.Time, bool) {
 		r.t.Fatalf("otherfleet: %v", err)
 	}
 	defer undo()
-	port, err := leasetest.FreePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		r.t.Fatalf("otherfleet: %v", err)
 	}

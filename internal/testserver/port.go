@@ -1,4 +1,4 @@
-package leasetest
+package testserver
 
 import (
 	"errors"
@@ -61,7 +61,7 @@ func FreePort() (int, error) {
 	for try := 0; try < 100; try++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return 0, fmt.Errorf("leasetest: no free loopback port: %w", err)
+			return 0, fmt.Errorf("testserver: no free loopback port: %w", err)
 		}
 		p := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
@@ -69,7 +69,7 @@ func FreePort() (int, error) {
 			return p, nil
 		}
 	}
-	return 0, errors.New("leasetest: no free loopback port")
+	return 0, errors.New("testserver: no free loopback port")
 }
 
 // reserve reserves port p for this process if no other process has (its

@@ -1,4 +1,4 @@
-package leasetest
+package testserver
 
 import (
 	"errors"
