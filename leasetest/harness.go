@@ -38,7 +38,8 @@ type Harness struct {
 	// because the store was slow (a step past its own timeout, not the
 	// subtest's): a process's first claim is then tried again after a
 	// pause, as a deployment starts a process again, up to MaxTransient
-	// times, each logged. Nil: no claim error is transient.
+	// times, each logged; a release that fails so is logged, the source
+	// having abandoned the claim. Nil: no claim error is transient.
 	Transient func(err error) bool
 }
 
