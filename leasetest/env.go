@@ -336,6 +336,14 @@ func (p *proc) close() {
 		return
 	}
 	ended := p.now()
+	if p.e.h.Transient != nil && p.e.h.Transient(err) {
+		// The release step did not finish in time on a slow store: the
+		// generator has abandoned the claim, its promise standing, as
+		// a process whose release timed out would.
+		p.e.t.Logf("%s: Close from %s to %s: %v: a slow store (%s); the claim is abandoned, its promise (to %v's end) standing",
+			p.name, began.Format("15:04:05.000"), ended.Format("15:04:05.000"), err, slowness(), held)
+		return
+	}
 	if errors.Is(err, randflake.ErrLeaseLost) && ended.Unix() > held.End {
 		p.e.t.Logf("%s: Close from %s to %s: %v: the lease it held, %v, had ended by then, its renewals late (errors reported: %v); the store let the claim lapse",
 			p.name, began.Format("15:04:05.000"), ended.Format("15:04:05.000"), err, held, p.errors())
