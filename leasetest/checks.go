@@ -1,7 +1,6 @@
 package leasetest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -96,7 +95,7 @@ func clockAhead(e *env) {
 					leases[i] = l
 				case i < released || lapsed[i]:
 				case errors.Is(err, randflake.ErrLeaseLost) && gone(i, "renewing: "+err.Error()):
-				case e.h.Transient != nil && e.h.Transient(err):
+				case e.transient(err):
 					// A renewal step the store did not finish in time:
 					// the next tick renews again, or finds the claim
 					// lapsed.
@@ -166,18 +165,10 @@ func clockAhead(e *env) {
 		if dead {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(10*time.Second))
-		err := p.src.Release(ctx, l, 0)
-		cancel()
-		if err != nil {
+		if err := p.tryRelease(l); err != nil {
 			mu.Lock()
 			ok := errors.Is(err, randflake.ErrLeaseLost) && gone(i, "releasing: "+err.Error())
 			mu.Unlock()
-			if !ok && e.h.Transient != nil && e.h.Transient(err) {
-				// Abandoned by the source, its promise standing.
-				t.Logf("%s: its release of %v failed on a slow store (%v, %s)", p.name, l, err, slowness())
-				ok = true
-			}
 			if !ok {
 				stopRenewing()
 				t.Fatalf("%s: Release: %v", p.name, err)

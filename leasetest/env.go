@@ -258,7 +258,7 @@ func (p *proc) lease() error {
 		if ctx.Err() != nil {
 			return err
 		}
-		if e.h.Transient != nil && e.h.Transient(err) && transient < MaxTransient {
+		if e.transient(err) && transient < MaxTransient {
 			transient++
 			e.t.Logf("%s: its claim failed on a slow store (%v); claiming again (%d of at most %d)", p.name, err, transient, MaxTransient)
 			time.Sleep(200 * time.Millisecond)
@@ -336,7 +336,7 @@ func (p *proc) close() {
 		return
 	}
 	ended := p.now()
-	if p.e.h.Transient != nil && p.e.h.Transient(err) {
+	if p.e.transient(err) {
 		// The release step did not finish in time on a slow store: the
 		// generator has abandoned the claim, its promise standing, as
 		// a process whose release timed out would.
@@ -558,23 +558,33 @@ func (e *env) initialise() {
 	p.release(l)
 }
 
-// release releases a bare BlockSource's lease, reporting no second used.
-// A release step the store did not finish in time (Harness.Transient) is
-// logged, not failed: the source has then abandoned the claim (its
-// promise stands, and the claim is released or lapses), as a process
-// whose release timed out on a slow store would.
+// transient reports whether err is a step the store did not finish in
+// time (Harness.Transient), not an answer.
+func (e *env) transient(err error) bool { return e.h.Transient != nil && e.h.Transient(err) }
+
+// release releases a bare BlockSource's lease, reporting no second used,
+// and fails the test on an error tryRelease does not log.
 func (p *proc) release(l randflake.Lease) {
 	p.e.t.Helper()
+	if err := p.tryRelease(l); err != nil {
+		p.e.t.Fatalf("%s: Release: %v", p.name, err)
+	}
+}
+
+// tryRelease releases a bare BlockSource's lease, reporting no second
+// used. A release step the store did not finish in time is logged, not
+// returned: the source has then abandoned the claim (its promise stands,
+// and the claim is released or lapses), as a process whose release timed
+// out on a slow store would.
+func (p *proc) tryRelease(l randflake.Lease) error {
 	ctx, cancel := context.WithTimeout(context.Background(), sinceStart.Stretch(10*time.Second))
 	defer cancel()
 	err := p.src.Release(ctx, l, 0)
-	switch {
-	case err == nil:
-	case p.e.h.Transient != nil && p.e.h.Transient(err):
+	if err != nil && p.e.transient(err) {
 		p.e.t.Logf("%s: its release of %v failed on a slow store (%v, %s): the claim is abandoned, its promise standing", p.name, l, err, slowness())
-	default:
-		p.e.t.Fatalf("%s: Release: %v", p.name, err)
+		return nil
 	}
+	return err
 }
 
 // waited checks that a lease claimed at second from (on the claimant's
