@@ -256,11 +256,7 @@ func (r *etcdRun) takeOver(s *server, rs int64, known bool, old string, since ti
 // growPool frees one more block, for a server that lost its own.
 func (r *etcdRun) growPool(why string) {
 	first, err := r.pl.grow(r.ctx)
-	if err != nil {
-		r.t.Errorf("freeing another block: %v", err)
-		return
-	}
-	r.f.event("node IDs %d-%d freed (%s)", first, first+etcdClaim-1, why)
+	r.freed(why, first, err)
 }
 
 // cutOff stops a server issuing IDs (pause: SIGSTOP) or cuts it off from

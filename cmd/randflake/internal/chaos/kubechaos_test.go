@@ -132,11 +132,7 @@ func (r *kubeRun) grow(why string) {
 	gctx, cancel := kubeCall(r.ctx)
 	defer cancel()
 	first, err := r.pl.grow(gctx)
-	if err != nil {
-		r.t.Errorf("freeing another block: %v", err)
-		return
-	}
-	r.f.event("node IDs %d-%d freed (%s)", first, first+kubeClaim-1, why)
+	r.freed(why, first, err)
 }
 
 // apiRestart stops kube-apiserver and starts it again on the same etcd.

@@ -135,11 +135,7 @@ func (r *pgRun) grow(why string) {
 	gctx, cancel := context.WithTimeout(r.ctx, 20*time.Second)
 	defer cancel()
 	first, err := r.tab.grow(gctx)
-	if err != nil {
-		r.t.Errorf("freeing another block: %v", err)
-		return
-	}
-	r.f.event("node IDs %d-%d freed (%s)", first, first+pgClaim-1, why)
+	r.freed(why, first, err)
 }
 
 // restart stops the database server (a fast shutdown: connections cut,

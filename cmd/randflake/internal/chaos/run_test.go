@@ -443,3 +443,13 @@ func (r *chaosRun) pickHolder(ev string) (s *server, first int64, ok bool) {
 	}
 	return s, first, ok
 }
+
+// freed reports a block freed from the first node ID first for why, or
+// fails the test with the error of freeing it.
+func (r *chaosRun) freed(why string, first int64, err error) {
+	if err != nil {
+		r.t.Errorf("freeing another block: %v", err)
+		return
+	}
+	r.f.event("node IDs %d-%d freed (%s)", first, first+r.claim-1, why)
+}
