@@ -702,6 +702,41 @@ func TestServeGracefulShutdown(t *testing.T) {
 	t.Logf("%d requests completed, %d clients refused after shutdown", completed, refused)
 }
 
+// SIGTERM while clients hold connections that have sent no request yet
+// (one just connected, a TLS handshake not begun): those connections are
+// closed at once and the server exits 0 within a --shutdown-timeout
+// shorter than the 5 s net/http alone waits for a first request.
+func TestServeShutdownClosesSilentConnections(t *testing.T) {
+	t.Parallel()
+	p := startServe(t, "--nodes", "0-63", "--shutdown-timeout", "2s")
+	addr := strings.TrimPrefix(p.url, "http://")
+	var silent []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	// One accept loop takes connections in order: once a later one is
+	// answered, the silent ones have been accepted.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get(p.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	stop(t, p) // SIGTERM, and the process must exit 0
+	for i, c := range silent {
+		c.SetReadDeadline(time.Now().Add(within(5 * time.Second)))
+		n, err := c.Read(make([]byte, 1))
+		if n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("silent connection %d after the shutdown: read %d bytes, %v; want it closed by the server", i, n, err)
+		}
+	}
+}
+
 func TestBench(t *testing.T) {
 	t.Parallel()
 	r := runBinary(t, "", nil, "bench", "--quick", "--json")

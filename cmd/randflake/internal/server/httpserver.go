@@ -59,7 +59,13 @@ const WriteByteTimeout = 10 * time.Second
 //     503 busy, more than maxCancelled times and more often than it is
 //     answered with success, is closed: a rapid reset costs the attacker
 //     its connection (and a new TLS handshake), not the honest clients
-//     their CPU.
+//     their CPU;
+//   - once hs.Shutdown is called, a connection none of whose requests has
+//     reached the handler yet is closed at once: it has no request in
+//     flight, while net/http would wait up to 5 s for a new connection's
+//     first request, and a shutdown grace shorter than that would end
+//     with an error. A client that had just connected sees its
+//     connection closed, as it sees the listener gone.
 //
 // Serve hs with hs.Serve, or with hs.ServeTLS for HTTPS and HTTP/2.
 func (s *Server) Configure(hs *http.Server) {
@@ -94,6 +100,7 @@ type connKey struct{}
 // watchConns sets the connection hooks of hs (see Configure).
 func (s *Server) watchConns(hs *http.Server) {
 	var conns sync.Map // net.Conn → *connWatch
+	var shutdown atomic.Bool
 	timeout := hs.ReadHeaderTimeout
 	if timeout <= 0 {
 		timeout = hs.ReadTimeout
@@ -112,8 +119,22 @@ func (s *Server) watchConns(hs *http.Server) {
 			})
 		}
 		conns.Store(c, cw)
+		if shutdown.Load() { // accepted as the shutdown began
+			s.closeConn(cw, closedShutdown)
+		}
 		return context.WithValue(ctx, connKey{}, cw)
 	}
+	// Stored before the flag is read above, and the flag set before the
+	// map is read here: every connection is seen by one or the other.
+	hs.RegisterOnShutdown(func() {
+		shutdown.Store(true)
+		conns.Range(func(_, v any) bool {
+			if cw := v.(*connWatch); !cw.started.Load() {
+				s.closeConn(cw, closedShutdown)
+			}
+			return true
+		})
+	})
 	hs.ConnState = func(c net.Conn, st http.ConnState) {
 		if st == http.StateClosed || st == http.StateHijacked {
 			if v, ok := conns.LoadAndDelete(c); ok {
@@ -133,6 +154,7 @@ func (s *Server) watchConns(hs *http.Server) {
 const (
 	closedNoRequest = "no_request" // no complete request head within the header timeout
 	closedCancelled = "cancelled"  // too many requests cancelled (HTTP/2 resets) or refused busy
+	closedShutdown  = "shutdown"   // no request reached the handler when the shutdown began
 )
 
 // closeConn closes cw's connection once, and counts and logs why.
@@ -142,6 +164,9 @@ func (s *Server) closeConn(cw *connWatch, reason string) {
 	}
 	s.connsClosed.WithLabelValues(reason).Inc() // counted before the client can see it
 	cw.conn.Close()
+	if reason == closedShutdown {
+		return // expected: not worth a warning
+	}
 	if n, ok := s.limited.allow("close: "+reason, time.Now()); ok {
 		attrs := []any{"reason", reason, "remote", cw.conn.RemoteAddr().String()}
 		if reason == closedCancelled {

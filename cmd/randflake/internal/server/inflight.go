@@ -198,9 +198,9 @@ func (s *Server) registerInflight() error {
 	}, []string{"type"})
 	s.connsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "randflake_connections_closed_total",
-		Help: "Connections the service closed: no_request (no complete request head within --header-timeout), cancelled (more requests cancelled, reset or refused busy than served, past 100).",
+		Help: "Connections the service closed: no_request (no complete request head within --header-timeout), cancelled (more requests cancelled, reset or refused busy than served, past 100), shutdown (no request reached the handler when the shutdown began).",
 	}, []string{"reason"})
-	for _, r := range []string{closedNoRequest, closedCancelled} {
+	for _, r := range []string{closedNoRequest, closedCancelled, closedShutdown} {
 		s.connsClosed.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{used, limit, s.http2Errors, s.connsClosed} {
