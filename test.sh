@@ -164,6 +164,9 @@ launch() {
 }
 
 echo "== $(if $quick; then echo "quick loop (go test -short, no race detector)"; else echo "whole suite (-race)"; fi), $jobs steps at a time; logs in $logs"
+# What a failure may depend on: the cores, the load, and the kernel's
+# ephemeral ports (the test servers' ports are picked outside them).
+echo "== $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null), ephemeral ports $(tr '\t' '-' </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
 # The longest first.
 launch cmd cmd/randflake $race $short ./...
 launch pglease pglease $race $short ./...

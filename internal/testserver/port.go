@@ -21,11 +21,13 @@ var (
 
 // FreePort returns a loopback port nobody listens on, for a server a test
 // starts (etcd, an API server, a serve process), never the same twice on
-// the machine while this process lives. It picks ports below the kernel's
-// ephemeral range, so that neither an outgoing connection nor another
-// test's port of the kernel's choosing can take it between this call and
-// the server's bind, or before a server restarted on its ports binds them
-// again.
+// the machine while this process lives. It picks ports outside the
+// kernel's ephemeral range (portWindow), so that neither an outgoing
+// connection nor another test's port of the kernel's choosing can take it
+// between this call and the server's bind, or before a server restarted
+// on its ports binds them again. Where that range leaves no room (1024 to
+// 65535), it takes ports of the kernel's choosing, which an outgoing
+// connection can then take.
 //
 // The port is reserved across processes: FreePort keeps a UDP socket bound
 // to 127.0.0.1 on the port number until the process exits (UDP and TCP
@@ -40,15 +42,7 @@ var (
 func FreePort() (int, error) {
 	portMu.Lock()
 	defer portMu.Unlock()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil {
-				low = v
-			}
-		}
-	}
-	lo, hi := max(1024, low-10000), low-1
+	lo, hi := portWindow()
 	for try := 0; hi-lo > 500 && try < 500; try++ {
 		p := lo + rand.IntN(hi-lo+1)
 		if portsUsed[p] {
@@ -70,6 +64,33 @@ func FreePort() (int, error) {
 		}
 	}
 	return 0, errors.New("testserver: no free loopback port")
+}
+
+// portWindow is where FreePort picks ports: the 10,000 below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range), or the ports
+// above it where that leaves more; lo > hi-500 when neither is worth
+// trying (a range from 1024 to 65535).
+func portWindow() (lo, hi int) {
+	low, high := 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			l, err1 := strconv.Atoi(f[0])
+			h, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && l <= h {
+				low, high = l, h
+			}
+		}
+	}
+	return windowAround(low, high)
+}
+
+// windowAround is portWindow for the ephemeral range low-high.
+func windowAround(low, high int) (lo, hi int) {
+	lo, hi = max(1024, low-10000), low-1
+	if above := min(65535, high+10000); above-high > hi-lo {
+		lo, hi = high+1, above
+	}
+	return lo, hi
 }
 
 // reserve reserves port p for this process if no other process has (its

@@ -39,6 +39,7 @@ func TestFreePortAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	var ports []string
 	seen := map[int]bool{}
+	taken := 0
 	for range 20 {
 		p, err := FreePort()
 		if err != nil {
@@ -49,12 +50,24 @@ func TestFreePortAcrossProcesses(t *testing.T) {
 		}
 		seen[p] = true
 		ports = append(ports, strconv.Itoa(p))
-		// The server the port is for binds it by TCP.
+		// The server the port is for binds it by TCP, unless a program
+		// that does not reserve ports (a client's outgoing connection in
+		// the kernel's range) took it since FreePort checked: the case
+		// StartOnFreePorts is for, which the reservation cannot prevent.
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
-			t.Fatalf("a server cannot bind port %d, reserved for it: %v", p, err)
+			if other := tcpSocketsOn(p); len(other) > 0 {
+				t.Logf("port %d was taken by another program after FreePort checked it (%v): %s", p, err, strings.Join(other, "; "))
+				taken++
+				continue
+			}
+			lo, hi := portWindow()
+			t.Fatalf("a server cannot bind port %d, reserved for it, and no other TCP socket holds it: %v (ports %d-%d)", p, err, lo, hi)
 		}
 		ln.Close()
+	}
+	if taken == len(ports) {
+		t.Fatalf("every port FreePort handed out (%s) was taken by another program before its server could bind it", strings.Join(ports, " "))
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFreePortAcrossProcesses$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), portChildEnv+"="+strings.Join(ports, " "))
@@ -62,6 +75,46 @@ func TestFreePortAcrossProcesses(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestFreePortAcrossProcesses") {
 		t.Fatalf("the other process (%v):\n%s", err, out)
 	}
+}
+
+// FreePort's window lies outside the ephemeral range, on the side with
+// more room, and is empty (lo > hi-500) when neither side has any.
+func TestPortWindow(t *testing.T) {
+	for _, c := range []struct{ low, high, lo, hi int }{
+		{32768, 60999, 22768, 32767}, // Linux's default
+		{1024, 60999, 61000, 65535},  // nothing below
+		{10000, 65535, 1024, 9999},   // nothing above
+		{1024, 65535, 65536, 65535},  // no room at all
+	} {
+		lo, hi := windowAround(c.low, c.high)
+		if lo != c.lo || hi != c.hi {
+			t.Errorf("ephemeral range %d-%d: window %d-%d, want %d-%d", c.low, c.high, lo, hi, c.lo, c.hi)
+		}
+	}
+}
+
+// tcpSocketsOn describes the TCP sockets on local port p that
+// /proc/net/tcp and /proc/net/tcp6 list (any state, any address).
+func tcpSocketsOn(p int) []string {
+	var out []string
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 8 {
+				continue
+			}
+			_, port, ok := strings.Cut(fs[1], ":")
+			if n, err := strconv.ParseUint(port, 16, 16); !ok || err != nil || int(n) != p {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s local %s remote %s state %s uid %s", filepath.Base(f), fs[1], fs[2], fs[3], fs[7]))
+		}
+	}
+	return out
 }
 
 // StartOnFreePorts starts a server again on new ports while it reports a
