@@ -353,7 +353,7 @@ func (s *Store) Update(ctx context.Context, held lease.StoreClaim, all bool, fn 
 			if c != nil {
 				spread = max(spread, took)
 			}
-			if err := sleepCtx(ctx, time.Duration(mrand.Int64N(int64(spread)))); err != nil {
+			if err := lease.Sleep(ctx, time.Duration(mrand.Int64N(int64(spread)))); err != nil {
 				return held, fmt.Errorf("kubelease: %s: %w", what, context.Cause(ctx))
 			}
 			// A held claim's renewals wait for its steps: one that
@@ -378,17 +378,6 @@ func (s *Store) Update(ctx context.Context, held lease.StoreClaim, all bool, fn 
 		}
 	}
 	return held, fmt.Errorf("kubelease: the leases of %s/%s changed under %d steps in a row: %w", s.ns, s.name, maxSteps, lease.ErrStoreConflict)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // attempt runs one attempt of a step (see Update). again reports that

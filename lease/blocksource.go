@@ -660,7 +660,7 @@ func (s *BlockSource) waitAndPromise(ctx context.Context, c *heldClaim) error {
 			// Keep the claim alive meanwhile.
 			d = min(d, s.renewEvery())
 		}
-		if err := sleepCtx(ctx, max(d, 5*time.Millisecond)); err != nil {
+		if err := Sleep(ctx, max(d, 5*time.Millisecond)); err != nil {
 			return fmt.Errorf("randflake: %s: waiting for node IDs %d-%d to be free at %s: %w",
 				s.info.Name, c.lease.FirstNode, c.lease.LastNode, formatSecond(c.lease.Start), err)
 		}
@@ -709,7 +709,10 @@ func (s *BlockSource) renewEvery() time.Duration {
 	return max(d, 100*time.Millisecond)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx ends, and then returns ctx.Err(): the
+// pause between tries that the engine makes, and a store's retry loop
+// (a conflict backed off) may make too.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -697,3 +697,16 @@ func TestBlockSourceRewoundOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Sleep returns nil once its time has passed, and the context's error at
+// once when the context is done.
+func TestSleep(t *testing.T) {
+	if err := lease.Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Fatalf("Sleep of 1ms: %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := lease.Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep of an hour on a cancelled context: %v, want context.Canceled", err)
+	}
+}
