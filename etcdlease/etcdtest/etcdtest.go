@@ -192,9 +192,6 @@ func (s *Server) Running() bool {
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
-		return 0
-	}
 	return s.proc.PID()
 }
 

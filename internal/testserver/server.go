@@ -154,8 +154,14 @@ func spawn(cmd *exec.Cmd) error {
 	return <-r.done
 }
 
-// PID returns the server's process ID.
-func (p *ServerProcess) PID() int { return p.cmd.Process.Pid }
+// PID returns the server's process ID; 0 for a nil *ServerProcess (a
+// server stopped by its owner, who keeps the field nil meanwhile).
+func (p *ServerProcess) PID() int {
+	if p == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
 
 // Exited is closed once the server has exited and been reaped.
 func (p *ServerProcess) Exited() <-chan struct{} { return p.exited }

@@ -592,9 +592,6 @@ func (c *Cluster) StartupTime() time.Duration {
 func (c *Cluster) APIServerPID() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.apiP == nil {
-		return 0
-	}
 	return c.apiP.PID()
 }
 
