@@ -301,20 +301,14 @@ func (ir *itemReader) scanString() (int64, error) {
 	c, _ := ir.readByte() // the opening quote
 	ir.keep(c)
 	n := int64(1)
-	escaped := false
+	var str inString
 	for {
-		c, err := ir.readByte()
+		c, err := ir.nextKept()
 		if err != nil {
-			return n, eofError(err)
+			return n, err
 		}
-		ir.keep(c)
 		n++
-		switch {
-		case escaped:
-			escaped = false
-		case c == '\\':
-			escaped = true
-		case c == '"':
+		if str.ends(c) {
 			return n, nil
 		}
 	}
@@ -325,26 +319,20 @@ func (ir *itemReader) scanString() (int64, error) {
 func (ir *itemReader) scanNested() (int64, error) {
 	var n int64
 	depth := 0
-	inString, escaped := false, false
+	var str *inString // inside a string: its state
 	for {
-		c, err := ir.readByte()
+		c, err := ir.nextKept()
 		if err != nil {
-			return n, eofError(err)
+			return n, err
 		}
-		ir.keep(c)
 		n++
 		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
+		case str != nil:
+			if str.ends(c) {
+				str = nil
 			}
 		case c == '"':
-			inString = true
+			str = &inString{}
 		case c == '[' || c == '{':
 			depth++
 		case c == ']' || c == '}':
@@ -353,6 +341,33 @@ func (ir *itemReader) scanNested() (int64, error) {
 			}
 		}
 	}
+}
+
+// nextKept reads one more byte of a value and keeps it; the input's end
+// is an error (eofError).
+func (ir *itemReader) nextKept() (byte, error) {
+	c, err := ir.readByte()
+	if err != nil {
+		return 0, eofError(err)
+	}
+	ir.keep(c)
+	return c, nil
+}
+
+// inString follows a JSON string, its opening quote read, byte by byte.
+type inString struct{ escaped bool }
+
+// ends reports whether c, the string's next byte, is its closing quote.
+func (s *inString) ends(c byte) bool {
+	switch {
+	case s.escaped:
+		s.escaped = false
+	case c == '\\':
+		s.escaped = true
+	case c == '"':
+		return true
+	}
+	return false
 }
 
 // quoteByte quotes c as a Go character literal, bytes that are not ASCII
