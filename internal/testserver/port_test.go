@@ -39,35 +39,37 @@ func TestFreePortAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	var ports []string
 	seen := map[int]bool{}
-	taken := 0
-	for range 20 {
-		p, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen[p] {
-			t.Fatalf("FreePort handed out port %d twice", p)
-		}
-		seen[p] = true
-		ports = append(ports, strconv.Itoa(p))
-		// The server the port is for binds it by TCP, unless a program
-		// that does not reserve ports (a client's outgoing connection in
-		// the kernel's range) took it since FreePort checked: the case
-		// StartOnFreePorts is for, which the reservation cannot prevent.
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err != nil {
-			if other := tcpSocketsOn(p); len(other) > 0 {
-				t.Logf("port %d was taken by another program after FreePort checked it (%v): %s", p, err, strings.Join(other, "; "))
-				taken++
-				continue
+	for server := range 20 {
+		// The server the port is for binds it by TCP. A program that does
+		// not reserve ports can take one between FreePort's check and the
+		// bind, which the reservation cannot prevent: the server then
+		// tries another, as StartOnFreePorts does, and a reservation that
+		// hindered the bind would fail every try.
+		for try := 1; ; try++ {
+			p, err := FreePort()
+			if err != nil {
+				t.Fatal(err)
 			}
-			lo, hi := portWindow()
-			t.Fatalf("a server cannot bind port %d, reserved for it, and no other TCP socket holds it: %v (ports %d-%d)", p, err, lo, hi)
+			if seen[p] {
+				t.Fatalf("FreePort handed out port %d twice", p)
+			}
+			seen[p] = true
+			ports = append(ports, strconv.Itoa(p))
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err == nil {
+				ln.Close()
+				break
+			}
+			held := "no TCP socket /proc/net/tcp lists holds it (one bound, not yet listening or connected)"
+			if other := tcpSocketsOn(p); len(other) > 0 {
+				held = strings.Join(other, "; ")
+			}
+			if try == PortAttempts {
+				lo, hi := portWindow()
+				t.Fatalf("server %d: none of the last %d ports FreePort handed out (window %d-%d) could be bound; the last, %d: %v; %s", server, try, lo, hi, p, err, held)
+			}
+			t.Logf("server %d: port %d was taken after FreePort checked it (%v): %s; trying another", server, p, err, held)
 		}
-		ln.Close()
-	}
-	if taken == len(ports) {
-		t.Fatalf("every port FreePort handed out (%s) was taken by another program before its server could bind it", strings.Join(ports, " "))
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFreePortAcrossProcesses$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), portChildEnv+"="+strings.Join(ports, " "))
