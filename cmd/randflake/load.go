@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -54,29 +53,15 @@ of answers in flight full).`
 
 // loadCmd is randflake load: a bounded load test of randflake serve.
 type loadCmd struct {
-	url         string
-	format      string
-	batch       int
-	concurrency int
-	duration    time.Duration
-	requests    int
-	rate        float64
-	verify      bool
-	tokenFile   string
-	caCert      string
-	cert        string
-	key         string
+	cfg       loadConfig // the run's flags (loadclient.Config.Flags)
+	tokenFile string
+	caCert    string
+	cert      string
+	key       string
 }
 
 func (c *loadCmd) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "url", "http://127.0.0.1:8080", "base URL of the service (loopback only)")
-	fs.StringVar(&c.format, "format", "json", "answer format asked for: json, text (both with IDs in string form) or binary")
-	fs.IntVar(&c.batch, "batch", 1, "IDs per request")
-	fs.IntVar(&c.concurrency, "concurrency", 4, "concurrent connections (at most 1024)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long to run (at most 60s)")
-	fs.IntVar(&c.requests, "requests", 0, "stop after this many requests (0: run for --duration)")
-	fs.Float64Var(&c.rate, "rate", 0, "requests per second in total (0: as fast as possible)")
-	fs.BoolVar(&c.verify, "verify", true, "decode every ID and check for duplicates (false: count bytes and IDs only)")
+	c.cfg.Flags(fs, "--")
 	fs.StringVar(&c.tokenFile, "token-file", "", "private file holding the bearer token to send (for serve --issue-tokens-file)")
 	fs.StringVar(&c.caCert, "cacert", "", "PEM CA certificate(s) to verify an https --url with (default: the system's)")
 	fs.StringVar(&c.cert, "cert", "", "PEM client certificate to present to an https --url (with --key)")
@@ -101,33 +86,19 @@ func (c *loadCmd) run(e *env, args []string) error {
 
 // config checks the flags and returns the load test they ask for.
 func (c *loadCmd) config() (loadConfig, error) {
-	u, err := url.Parse(c.url)
-	if err != nil || u.Scheme != "http" && u.Scheme != "https" {
-		return loadConfig{}, usagef("--url must be an http or https URL")
+	cfg := c.cfg
+	if err := cfg.Check("--", true); err != nil {
+		return loadConfig{}, usagef("%v", err)
 	}
-	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
-		return loadConfig{}, usagef("--url must point at this machine (127.0.0.1, localhost or ::1)")
-	}
-	if c.batch < 1 || c.duration <= 0 || c.duration > loadclient.MaxDuration || c.requests < 0 || c.rate < 0 {
-		return loadConfig{}, usagef("--batch must be positive, --duration in (0, 60s], --requests and --rate not negative")
-	}
-	if c.concurrency < 1 || c.concurrency > loadclient.MaxConcurrency {
-		return loadConfig{}, usagef("--concurrency must be between 1 and %d", loadclient.MaxConcurrency)
-	}
-	if c.format != "json" && c.format != "text" && c.format != "binary" {
-		return loadConfig{}, usagef("--format must be json, text or binary")
-	}
+	https := strings.HasPrefix(cfg.URL, "https:")
 	if (c.cert == "") != (c.key == "") {
 		return loadConfig{}, usagef("--cert and --key go together")
 	}
-	if u.Scheme != "https" && (c.caCert != "" || c.cert != "") {
+	if !https && (c.caCert != "" || c.cert != "") {
 		return loadConfig{}, usagef("--cacert, --cert and --key need an https --url")
 	}
-	cfg := loadConfig{
-		URL: u.String(), Format: c.format, Batch: c.batch, Concurrency: c.concurrency,
-		Duration: c.duration, Requests: c.requests, Rate: c.rate, Verify: c.verify,
-	}
-	if u.Scheme == "https" {
+	var err error
+	if https {
 		if cfg.TLS, err = clientTLS(c.caCert, c.cert, c.key); err != nil {
 			return loadConfig{}, err
 		}

@@ -51,7 +51,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"time"
 
 	"github.com/randflake/randflake/internal/loadclient"
 )
@@ -81,7 +80,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		cfg         loadConfig
-		rawURL      string
 		compareBare bool
 		bare        bool
 		serveBareAt string
@@ -89,14 +87,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		suite       bool
 		benchfmt    string
 	)
-	fs.StringVar(&rawURL, "url", "http://127.0.0.1:8080", "base URL of the service (loopback only)")
-	fs.StringVar(&cfg.Format, "format", "json", "answer format asked for: json, text or binary")
-	fs.IntVar(&cfg.Batch, "batch", 1, "IDs per request")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "concurrent connections (at most 1024)")
-	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "how long to run (at most 60s; with -suite, per measurement)")
-	fs.IntVar(&cfg.Requests, "requests", 0, "stop after this many requests (0: run for -duration)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "requests per second in total (0: as fast as possible; -suite: for its paced row, default 5000)")
-	fs.BoolVar(&cfg.Verify, "verify", true, "decode every ID and check for duplicates (false: count bytes and IDs only)")
+	cfg.Flags(fs, "-")
+	fs.Lookup("duration").Usage += "; with -suite, per measurement"
+	fs.Lookup("rate").Usage += "; -suite: for its paced row, default 5000"
 	fs.BoolVar(&compareBare, "compare-bare", false, "also measure the bare net/http handler with the same load, and print the ratio")
 	fs.BoolVar(&bare, "bare", false, "measure only the bare net/http handler (no service needed)")
 	fs.StringVar(&serveBareAt, "serve-bare", "", "only serve the bare handler on this loopback address, until a signal")
@@ -109,16 +102,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usageError("no arguments are taken")
 	}
-	u, err := loopbackURL(rawURL)
-	if err != nil {
-		return usageError("-url: " + err.Error())
-	}
-	cfg.URL = u
-	if cfg.Batch < 1 || cfg.Concurrency < 1 || cfg.Concurrency > loadclient.MaxConcurrency || cfg.Duration <= 0 || cfg.Duration > loadclient.MaxDuration || cfg.Requests < 0 || cfg.Rate < 0 {
-		return usageError("-batch must be positive, -concurrency in [1, 1024], -duration in (0, 60s], -requests and -rate not negative")
-	}
-	if cfg.Format != "json" && cfg.Format != "text" && cfg.Format != "binary" {
-		return usageError("-format must be json, text or binary")
+	if err := cfg.Check("-", false); err != nil {
+		return usageError(err.Error())
 	}
 	modes := 0
 	for _, on := range []bool{compareBare, bare, serveBareAt != "", suite} {
@@ -136,6 +121,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return usageError("-benchfmt NAME: letters, digits, '-' and '_' only, not ending in -DIGITS")
 	}
 	if bareURL != "" {
+		var err error
 		if cfg.BareURL, err = loopbackURL(bareURL); err != nil {
 			return usageError("-bare-url: " + err.Error())
 		}
