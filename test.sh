@@ -32,15 +32,32 @@ for arg in "$@"; do
 	esac
 done
 # Three steps at a time on idle cores; one at a time on a machine that
-# is busy already (a load average of a process per core or more), where
-# steps side by side would slow each other's 3 s leases past their TTLs.
+# is busy already, where steps side by side would slow each other's 3 s
+# leases past their TTLs. Busy: a load average of a process per core or
+# more, or other work using three quarters of the cores over the last
+# two seconds (/proc/stat), which a load average that is still rising
+# (work started a minute ago) does not show yet.
+busy_cores() {
+	local a b
+	a=$(head -n 1 /proc/stat 2>/dev/null) || { echo 0; return; }
+	sleep 2
+	b=$(head -n 1 /proc/stat 2>/dev/null) || { echo 0; return; }
+	awk -v a="$a" -v b="$b" 'BEGIN {
+		n = split(a, x); split(b, y); total = 0
+		for (i = 2; i <= 9 && i <= n; i++) total += y[i] - x[i] # guest time is in user time already
+		idle = (y[5] - x[5]) + (y[6] - x[6])
+		if (total <= 0) { print 0; exit }
+		printf "%.2f", (total - idle) / total * '"$(nproc)"'
+	}'
+}
 jobs=${RANDFLAKE_TEST_JOBS:-}
 if [ -z "$jobs" ]; then
 	jobs=3
 	load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)
-	if awk -v l="$load" -v n="$(nproc)" 'BEGIN { exit !(l >= n) }'; then
+	used=$(busy_cores)
+	if awk -v l="$load" -v u="$used" -v n="$(nproc)" 'BEGIN { exit !(l >= n || u >= 0.75 * n) }'; then
 		jobs=1
-		echo "note: load average $load on $(nproc) cores: one step at a time (RANDFLAKE_TEST_JOBS overrides)"
+		echo "note: load average $load, $used of $(nproc) cores busy: one step at a time (RANDFLAKE_TEST_JOBS overrides)"
 	fi
 fi
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: RANDFLAKE_TEST_JOBS must be a positive count, not $jobs" >&2; exit 2; }
