@@ -13,7 +13,7 @@ import (
 )
 
 // nullWriter is the cheapest http.ResponseWriter: it keeps the header and
-// discards the body.
+// discards the body; it flushes, as net/http's writers do.
 type nullWriter struct {
 	h      http.Header
 	status int
@@ -23,6 +23,7 @@ type nullWriter struct {
 func (w *nullWriter) Header() http.Header         { return w.h }
 func (w *nullWriter) WriteHeader(status int)      { w.status = status }
 func (w *nullWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
+func (w *nullWriter) Flush()                      {}
 
 func benchServer(b *testing.B, g Generator) *Server {
 	b.Helper()

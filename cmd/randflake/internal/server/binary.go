@@ -23,10 +23,11 @@ import (
 // one Write, so that a request holds at most one chunk (512 KiB) whatever
 // its count; a smaller answer holds a buffer sized to it (the power of two
 // at or above its count: 8 bytes for count=1), and every answer reserves
-// its buffer in the budget of answers in flight first (inflight.go). Once IDs are reserved for an answer, a second whose sequence
-// numbers run out (or a clock just behind the IDs issued) is waited out,
-// at most twice, instead of failing: the answer goes on with the next
-// second's IDs.
+// its buffer in the budget of answers in flight first (inflight.go). The
+// first writes are smaller and flushed (binaryFirst). Once IDs are
+// reserved for an answer, a second whose sequence numbers run out (or a
+// clock just behind the IDs issued) is waited out, at most twice, instead
+// of failing: the answer goes on with the next second's IDs.
 
 // MediaTypeBinary is the media type of the binary batch format.
 const MediaTypeBinary = "application/octet-stream"
@@ -37,6 +38,18 @@ const DefaultMaxBinaryCount = 1 << 20
 
 // binaryChunk is the number of IDs generated and written at a time.
 const binaryChunk = 64 << 10
+
+// binaryFirst is the most IDs an answer makes before it has written and
+// flushed its first bytes; each later write is twice the one before, and
+// flushed, until writes are of a whole chunk. A flush over HTTP/2 waits
+// for the connection's serve loop, which reads the client's frames too: a
+// stream reset right after its request (a rapid reset) is seen within the
+// first few writes, so that such a stream costs the second's IDs about
+// twice what it was sent, not a whole chunk, and an attacker resetting
+// streams cannot use up the sequence numbers that honest clients get. An
+// honest answer of a chunk or more pays a dozen more writes, the first
+// ones small.
+const binaryFirst = 64
 
 // chunkClasses is the number of buffer sizes: 1, 2, 4, … binaryChunk IDs.
 const chunkClasses = 17 // bits.Len(binaryChunk)
@@ -138,6 +151,8 @@ func (s *Server) binaryIDs(w *recorder, r *http.Request, c caller) {
 	defer chunks[class].Put(bp)
 	buf := *bp
 	left, waits := q.count, 0
+	piece := binaryFirst // the IDs of the next write, at most
+	rc := http.NewResponseController(w)
 	for sent := 0; left > 0; sent++ {
 		if r.Context().Err() != nil {
 			// The client went away (an HTTP/2 stream reset, a closed
@@ -151,7 +166,7 @@ func (s *Server) binaryIDs(w *recorder, r *http.Request, c caller) {
 			}
 			return
 		}
-		chunk := buf[:min(left, len(buf))]
+		chunk := buf[:min(left, len(buf), piece)]
 		for filled := 0; filled < len(chunk); {
 			n, err := s.cfg.Generator.GenerateBatch(chunk[filled:])
 			filled += n
@@ -197,6 +212,12 @@ func (s *Server) binaryIDs(w *recorder, r *http.Request, c caller) {
 		s.issued.Add(float64(len(chunk)))
 		c.stats.issued.Add(float64(len(chunk)))
 		left -= len(chunk)
+		if werr == nil && piece < binaryChunk && left > 0 {
+			if err := rc.Flush(); !errors.Is(err, http.ErrNotSupported) {
+				werr = err // a writer that cannot flush only loses the early check
+			}
+			piece *= 2
+		}
 		if werr != nil {
 			return // the client went away; net/http closes the connection
 		}

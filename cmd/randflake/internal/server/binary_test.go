@@ -56,7 +56,8 @@ func TestBinaryIDs(t *testing.T) {
 	gen := newSharded(t)
 	_, ts := newServer(t, Config{Generator: gen})
 	total := 0
-	for _, n := range []int{1, 2, 7, binaryChunk - 1, binaryChunk, binaryChunk + 1, DefaultMaxBinaryCount} {
+	counts := []int{1, 2, 7, binaryFirst, binaryFirst + 1, 3*binaryFirst + 1, binaryChunk - 1, binaryChunk, binaryChunk + 1, 2*binaryChunk + 1, DefaultMaxBinaryCount}
+	for _, n := range counts {
 		before := time.Now().Unix()
 		resp, body := do(t, "GET", ts.URL+"/v1/ids?count="+strconv.Itoa(n), acceptBinary)
 		after := time.Now().Unix()
@@ -88,10 +89,16 @@ func TestBinaryIDs(t *testing.T) {
 		total += n
 	}
 	_, m := do(t, "GET", ts.URL+"/metrics", nil)
-	for _, want := range []string{"randflake_ids_issued_total " + strconv.FormatFloat(float64(total), 'g', -1, 64) + "\n", "randflake_batch_size_count 7\n",
-		// Every batch but the largest falls in 100,000; that one in the
-		// top bucket, not only in +Inf.
-		`randflake_batch_size_bucket{le="100000"} 6` + "\n", `randflake_batch_size_bucket{le="1.048576e+06"} 7` + "\n"} {
+	k, small := len(counts), 0
+	for _, n := range counts {
+		if n <= 100000 {
+			small++
+		}
+	}
+	for _, want := range []string{"randflake_ids_issued_total " + strconv.FormatFloat(float64(total), 'g', -1, 64) + "\n", fmt.Sprintf("randflake_batch_size_count %d\n", k),
+		// The batches up to 100,000 fall in that bucket; the largest in
+		// the top bucket, not only in +Inf.
+		fmt.Sprintf(`randflake_batch_size_bucket{le="100000"} %d`+"\n", small), fmt.Sprintf(`randflake_batch_size_bucket{le="1.048576e+06"} %d`+"\n", k)} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("metrics lack %q", want)
 		}
@@ -233,6 +240,7 @@ func TestBinaryFailure(t *testing.T) {
 	gen.calls.Store(0)
 	gen.ok, gen.err = 2, errors.New("disk on fire")
 	n := 3*binaryChunk + 5
+	sent := 3 * binaryFirst // the two calls that succeed: binaryFirst IDs, then twice that
 	r, err := http.NewRequest("GET", ts.URL+"/v1/ids?count="+strconv.Itoa(n), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +261,7 @@ func TestBinaryFailure(t *testing.T) {
 	checkDistinct(t, decodeBinary(t, got[:len(got)/8*8]))
 	_, m := do(t, "GET", ts.URL+"/metrics", nil)
 	for _, want := range []string{
-		"randflake_ids_issued_total " + strconv.FormatFloat(2*binaryChunk, 'g', -1, 64) + "\n", // sent before the failure
+		"randflake_ids_issued_total " + strconv.Itoa(sent) + "\n", // sent before the failure
 		`randflake_errors_total{kind="exhausted"} 1`, `randflake_errors_total{kind="internal"} 1`,
 		"randflake_batch_size_count 0\n",
 	} {
@@ -261,7 +269,7 @@ func TestBinaryFailure(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	if !strings.Contains(logs.String(), `"msg":"issuing IDs failed after the answer began; connection aborted","kind":"internal","count":196613,"sent":131072,"err":"disk on fire"`) {
+	if want := fmt.Sprintf(`"msg":"issuing IDs failed after the answer began; connection aborted","kind":"internal","count":%d,"sent":%d,"err":"disk on fire"`, n, sent); !strings.Contains(logs.String(), want) {
 		t.Errorf("log: %s", logs.String())
 	}
 	if !strings.Contains(access.String(), `"kind":"internal"`) {
@@ -326,6 +334,18 @@ func TestClientBinary(t *testing.T) {
 // exhaustOnce fills half of its second call's slice, then reports the
 // second used up; every other call is passed on. It records when the
 // second and third calls came.
+// binaryPieces returns how many GenerateBatch calls an answer of count
+// binary IDs makes when none fails: one a write, binaryFirst IDs first,
+// each write twice the one before up to a chunk.
+func binaryPieces(count int) int {
+	n := 0
+	for piece := binaryFirst; count > 0; n++ {
+		count -= min(count, piece)
+		piece = min(2*piece, binaryChunk)
+	}
+	return n
+}
+
 type exhaustOnce struct {
 	Generator
 	calls         atomic.Int64
@@ -372,8 +392,9 @@ func TestBinaryWaitsOutExhaustion(t *testing.T) {
 	}
 	ids := decodeBinary(t, body)
 	checkDistinct(t, ids)
-	if c := gen.calls.Load(); c != 4 {
-		t.Errorf("%d GenerateBatch calls, want 4 (chunk, half a chunk, its other half, chunk)", c)
+	// The pieces of binaryPieces, the second made in two calls: one more.
+	if c, want := gen.calls.Load(), int64(binaryPieces(n)+1); c != want {
+		t.Errorf("%d GenerateBatch calls, want %d (a call a write, and one more for the second write's other half)", c, want)
 	}
 	_, m := do(t, "GET", ts.URL+"/metrics", nil)
 	for _, want := range []string{"randflake_ids_issued_total " + strconv.FormatFloat(float64(n), 'g', -1, 64) + "\n", "randflake_batch_size_count 1\n"} {

@@ -62,7 +62,7 @@ func BenchmarkTLS(b *testing.B) {
 		name   string
 		count  int
 		accept string
-	}{{"single-JSON", 1, "application/json"}, {"binary-1048576", 1 << 20, MediaTypeBinary}} {
+	}{{"single-JSON", 1, "application/json"}, {"binary-65536", 1 << 16, MediaTypeBinary}, {"binary-1048576", 1 << 20, MediaTypeBinary}} {
 		for _, t := range transports {
 			b.Run(w.name+"/"+t.name, func(b *testing.B) {
 				defer t.tr.CloseIdleConnections()
