@@ -8,10 +8,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -415,6 +417,9 @@ func TestWaitExtendsNoPromise(t *testing.T) {
 	must(0, os.Remove(filepath.Join(path, "state")))
 	var unknown []int64
 	for i := 0; i < 3; i++ {
+		if i > 0 {
+			waitFree(t, path, fmt.Sprintf("after restart %d's cancelled wait", i-1))
+		}
 		s, _ := reopen(t, path, restart+int64(i), Options{Nodes: 1024, LastNode: 1023})
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond) // SIGTERM during the wait
 		_, err := s.Acquire(ctx)
@@ -424,6 +429,7 @@ func TestWaitExtendsNoPromise(t *testing.T) {
 		}
 		unknown = append(unknown, markedUnknown(t, path))
 	}
+	waitFree(t, path, "after restart 2's cancelled wait")
 	s, _ := reopen(t, path, restart+2, Options{Nodes: 1024, LastNode: 1023})
 	l, _ := acquire(t, s)
 	for i, u := range unknown {
@@ -438,6 +444,35 @@ func TestWaitExtendsNoPromise(t *testing.T) {
 	// got all of them.
 	if l.FirstNode != 0 || l.LastNode != 1023 {
 		t.Errorf("lease %v, want all node IDs", l)
+	}
+}
+
+// waitFree waits until no block of the directory at path is held, and
+// fails naming when and which if some still are after 5 s (stretched by
+// the measured slowdown). A block's lock is freed when its file is closed,
+// but a child process forked meanwhile (another test's, on its way to
+// exec) holds a copy of the file until its exec: on a loaded machine the
+// block then reads as held for a moment after its release.
+func waitFree(t *testing.T, path, when string) {
+	t.Helper()
+	d, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := slowdown.Start()
+	deadline := time.Now().Add(slow.Stretch(5 * time.Second))
+	for {
+		held, err := d.heldBlocks(0, randflake.MaxNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: blocks %v still held after %v (%s)", when, slices.Sorted(maps.Keys(held)), slow.Stretch(5*time.Second), slow)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
