@@ -1,6 +1,7 @@
 package leasetest
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -71,6 +72,10 @@ func replayWhileHolding(e *env) {
 			t.Errorf("the holder used node IDs from %d up to second %d, %d s after the copy was put back at %d: more than the takeover's %d s", f, last, last-from, from, e.takeover)
 		}
 	}
-	t.Logf("copy put back at second %d under the holder of %v (last second %d); the newcomer got %v (the holder's node IDs: %v), %d s after its claim, first ID at second %d; the holder lost its claim %v after the second began; %s",
-		from, lh, sph.Last, ln, overlap, ln.Start-from, spn.First, h.lostAt().Sub(time.Unix(from, 0)).Round(time.Millisecond), e.check)
+	start := "at once (its node IDs' seconds had passed)"
+	if ln.Start > from {
+		start = fmt.Sprintf("%d s after its claim", ln.Start-from)
+	}
+	t.Logf("copy put back at second %d under the holder of %v (last second %d); the newcomer got %v (the holder's node IDs: %v), starting %s, first ID at second %d; the holder lost its claim %v after the second began; %s",
+		from, lh, sph.Last, ln, overlap, start, spn.First, h.lostAt().Sub(time.Unix(from, 0)).Round(time.Millisecond), e.check)
 }
