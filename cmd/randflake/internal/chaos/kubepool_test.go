@@ -98,19 +98,34 @@ func (p *kubePool) get(ctx context.Context, name string) (object, error) {
 // putBack writes saved over the current object of the same name: the
 // saved metadata's labels and annotations and the saved spec, at the
 // current resource version (an update through the API, as an operator
-// restoring a saved manifest would make it).
+// restoring a saved manifest would make it). The fleet writes the
+// object meanwhile: an update refused because it changed since it was
+// read (409) is made again on the object read anew, as `kubectl
+// replace` is retried, up to putBackTries times.
 func (p *kubePool) putBack(ctx context.Context, saved object) error {
 	meta, _ := saved["metadata"].(map[string]any)
 	name, _ := meta["name"].(string)
-	cur, err := p.get(ctx, name)
-	if err != nil {
-		return err
+	var err error
+	for try := 0; try < putBackTries; try++ {
+		var cur object
+		if cur, err = p.get(ctx, name); err != nil {
+			return err
+		}
+		cm, _ := cur["metadata"].(map[string]any)
+		cm["labels"], cm["annotations"] = meta["labels"], meta["annotations"]
+		cur["spec"] = saved["spec"]
+		err = p.c.Do(ctx, http.MethodPut, p.path(name), cur, nil)
+		var api *kubelease.APIError
+		if !errors.As(err, &api) || api.Code != http.StatusConflict {
+			return err
+		}
 	}
-	cm, _ := cur["metadata"].(map[string]any)
-	cm["labels"], cm["annotations"] = meta["labels"], meta["annotations"]
-	cur["spec"] = saved["spec"]
-	return p.c.Do(ctx, http.MethodPut, p.path(name), cur, nil)
+	return fmt.Errorf("%s changed under %d updates in a row: %w", name, putBackTries, err)
 }
+
+// putBackTries is how many times putBack updates an object the fleet
+// changed meanwhile.
+const putBackTries = 10
 
 // annotation returns an annotation of a Lease object as read.
 func annotation(o object, key string) string {
