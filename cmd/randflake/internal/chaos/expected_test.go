@@ -19,6 +19,9 @@ type window struct {
 	from, until time.Time
 	why         string   // the event, as the summary names it
 	kinds       []string // the failure kinds it explains; nil: any
+	// limit, if set, lets the window of one server last past until while
+	// that server issues nothing (expectUntilIssuing), up to limit.
+	limit time.Time
 }
 
 // lease503 is the answer of a server without a valid lease.
@@ -31,6 +34,46 @@ func (f *fleet) expect(s *server, from, until time.Time, why string, kinds ...st
 	f.mu.Lock()
 	f.windows = append(f.windows, window{s: s, from: from, until: until, why: why, kinds: kinds})
 	f.mu.Unlock()
+}
+
+// expectUntilIssuing is expect for s alone, with a window that goes on
+// past until for as long as s issues nothing: a server that lost its claim
+// to the event claims again, and on a loaded machine that claim (its
+// retries, its takeover wait, another event meanwhile, such as etcd
+// losing its quorum) can outlast until. The window then ends when s's
+// clients next get IDs after its first failure in it, and at limit at the
+// latest.
+func (f *fleet) expectUntilIssuing(s *server, from, until, limit time.Time, why string, kinds ...string) {
+	f.mu.Lock()
+	f.windows = append(f.windows, window{s: s, from: from, until: until, why: why, kinds: kinds, limit: limit})
+	f.mu.Unlock()
+}
+
+// end returns when w ends for s, whose failures are fs and successful
+// fetches batches.
+func (w window) end(fs []failure, batches []batch) int64 {
+	until := w.until.UnixNano()
+	if w.limit.IsZero() {
+		return until
+	}
+	first := int64(-1)
+	for _, fl := range fs {
+		if fl.at >= w.from.UnixNano() && (w.kinds == nil || slices.Contains(w.kinds, fl.kind)) {
+			first = fl.at
+			break
+		}
+	}
+	if first < 0 {
+		return until
+	}
+	end := w.limit.UnixNano()
+	for _, b := range batches {
+		if b.recv > first {
+			end = min(end, b.recv)
+			break
+		}
+	}
+	return max(until, end)
 }
 
 // clientErrors sorts the clients' failures: those an event explains, by
@@ -59,11 +102,16 @@ func (f *fleet) eachFailure(fn func(s *server, fl failure, why string)) {
 	for _, s := range f.all() {
 		s.coll.mu.Lock()
 		fs := slices.Clone(s.coll.failures)
+		batches := slices.Clone(s.coll.batches)
 		s.coll.mu.Unlock()
+		ends := make([]int64, len(ws))
+		for i, w := range ws {
+			ends[i] = w.end(fs, batches)
+		}
 		for _, fl := range fs {
 			why := ""
-			for _, w := range ws {
-				if (w.s == nil || w.s == s) && fl.at >= w.from.UnixNano() && fl.at <= w.until.UnixNano() &&
+			for i, w := range ws {
+				if (w.s == nil || w.s == s) && fl.at >= w.from.UnixNano() && fl.at <= ends[i] &&
 					(w.kinds == nil || slices.Contains(w.kinds, fl.kind)) {
 					why = w.why
 					break

@@ -38,3 +38,35 @@ func TestSummaryLabels(t *testing.T) {
 		t.Errorf("no failures: %s", got)
 	}
 }
+
+// A window that lasts until its server issues again explains the server's
+// failures past its end for as long as the server gets no ID, and no
+// longer: a 503 after its next success, or past the limit, is the
+// run's, not the event's.
+func TestWindowUntilIssuing(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	a := &server{name: "a"}
+	b := &server{name: "b"}
+	f := &fleet{servers: []*server{a, b}}
+	f.expectUntilIssuing(a, t0, t0.Add(2*time.Second), t0.Add(20*time.Second), "partition", lease503)
+	at := func(s float64) int64 { return t0.Add(time.Duration(s * float64(time.Second))).UnixNano() }
+	// a: 503s from 1 s to 8 s (past the window's 2 s), IDs again at 9 s,
+	// then one more 503 at 10 s.
+	for _, s := range []float64{1, 3, 5, 8, 10} {
+		a.coll.failures = append(a.coll.failures, failure{at(s), lease503})
+	}
+	a.coll.batches = []batch{{end: 1, send: at(0.5), recv: at(0.6)}, {end: 2, send: at(8.9), recv: at(9)}}
+	// b: a 503 at 5 s, which a's window does not explain.
+	b.coll.failures = append(b.coll.failures, failure{at(5), lease503})
+	if got, want := f.errorLine(), "client errors: 4 expected (partition: 503 lease×4), unexpected: 503 lease×2"; got != want {
+		t.Errorf("error line:\n%s\nwant\n%s", got, want)
+	}
+	// Never issuing again: the window ends at its limit.
+	c := &server{name: "c"}
+	g := &fleet{servers: []*server{c}}
+	g.expectUntilIssuing(c, t0, t0.Add(2*time.Second), t0.Add(20*time.Second), "partition", lease503)
+	c.coll.failures = []failure{{at(1), lease503}, {at(19), lease503}, {at(21), lease503}}
+	if got, want := g.errorLine(), "client errors: 2 expected (partition: 503 lease×2), unexpected: 503 lease×1"; got != want {
+		t.Errorf("error line without a success:\n%s\nwant\n%s", got, want)
+	}
+}

@@ -367,6 +367,16 @@ func (r *chaosRun) otherFleet() (time.Time, bool) {
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logPath := filepath.Join(f.dir, "other-fleet.log")
+	// Start from a fleet that issues: a server still claiming again after
+	// an earlier event (a partition, then a quorum loss) answers 503 lease
+	// meanwhile, which would be taken for this event's.
+	if idle := f.waitAllIssuing(time.Now(), within(30*time.Second)); len(idle) > 0 {
+		var names []string
+		for _, s := range idle {
+			names = append(names, s.name)
+		}
+		f.event("otherfleet: %s issued nothing within %v; starting anyway", strings.Join(names, ", "), within(30*time.Second))
+	}
 	t0 := time.Now()
 	p, err := startProc("other-fleet", logPath, env, binary, append([]string{"serve", "--listen", addr}, args...)...)
 	if err != nil {
