@@ -292,7 +292,7 @@ func (s *Server) tool(name string) (string, error) {
 func (s *Server) Promote() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, s.DSN())
+	c, err := s.connect(ctx)
 	if err != nil {
 		return fmt.Errorf("pgtest: promote: %w", err)
 	}

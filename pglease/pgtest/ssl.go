@@ -129,7 +129,7 @@ func (s *Server) writeServerFile(path string, b []byte) error {
 func (s *Server) exec(stmts ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, s.DSN())
+	c, err := s.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -140,6 +140,24 @@ func (s *Server) exec(stmts ...string) error {
 		}
 	}
 	return nil
+}
+
+// connect connects as [User] (Server.DSN), trying again until ctx ends:
+// each try has the DSN's connect_timeout of 2 s, which a loaded machine's
+// server (a backend forked for each connection) can miss. The error is
+// the last try's.
+func (s *Server) connect(ctx context.Context) (*pgx.Conn, error) {
+	for {
+		c, err := pgx.Connect(ctx, s.DSN())
+		if err == nil || ctx.Err() != nil {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // until connects as [User], with extra added to the DSN, until ok says
