@@ -331,9 +331,6 @@ func TestClientBinary(t *testing.T) {
 	}
 }
 
-// exhaustOnce fills half of its second call's slice, then reports the
-// second used up; every other call is passed on. It records when the
-// second and third calls came.
 // binaryPieces returns how many GenerateBatch calls an answer of count
 // binary IDs makes when none fails: one a write, binaryFirst IDs first,
 // each write twice the one before up to a chunk.
@@ -346,6 +343,9 @@ func binaryPieces(count int) int {
 	return n
 }
 
+// exhaustOnce fills half of its second call's slice, then reports the
+// second used up; every other call is passed on. It records when the
+// second and third calls came.
 type exhaustOnce struct {
 	Generator
 	calls         atomic.Int64
