@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -172,17 +173,29 @@ func startEtcdServer(t *testing.T) (stop func(), endpoint string) {
 	t.Helper()
 	// Ports no other test's server or connection takes meanwhile.
 	port := func() url.URL { return url.URL{Scheme: "http", Host: closedPort(t)} }
-	cfg := embed.NewConfig()
-	cfg.Name = "e2e"
-	cfg.Dir = t.TempDir()
-	client, peer := port(), port()
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	cfg.TickMs, cfg.ElectionMs = 10, 100
-	cfg.UnsafeNoFsync = true
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
+	var (
+		e      *embed.Etcd
+		client url.URL
+		err    error
+	)
+	// A port taken between its check and etcd's bind: new ports, as
+	// testserver.StartOnFreePorts does for the servers it starts.
+	for try := 0; try < 5; try++ {
+		cfg := embed.NewConfig()
+		cfg.Name = "e2e"
+		cfg.Dir = t.TempDir()
+		var peer url.URL
+		client, peer = port(), port()
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+		cfg.InitialCluster = cfg.Name + "=" + peer.String()
+		cfg.TickMs, cfg.ElectionMs = 10, 100
+		cfg.UnsafeNoFsync = true
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		if e, err = embed.StartEtcd(cfg); !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
