@@ -167,49 +167,30 @@ func (s *Server) Dir() string { return s.dir }
 
 // DataDir returns the data directory the server runs on (a new one after
 // each [Server.Restore]).
-func (s *Server) DataDir() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.data
-}
+func (s *Server) DataDir() string { return testserver.Locked(&s.mu, func() string { return s.data }) }
 
 // ClusterToken returns the initial cluster token the current data
 // directory was created with.
 func (s *Server) ClusterToken() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.token
+	return testserver.Locked(&s.mu, func() string { return s.token })
 }
 
 // Running reports whether the server process runs.
 func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc != nil
+	return testserver.Locked(&s.mu, func() bool { return s.proc != nil })
 }
 
 // PID returns the server's process ID, 0 when it is stopped.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc.PID()
-}
+func (s *Server) PID() int { return testserver.Locked(&s.mu, func() int { return s.proc.PID() }) }
 
 // Start starts a stopped server again, on the same ports and data, and
 // returns once it serves requests. It is an error to start a running or
 // closed server.
-func (s *Server) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.startLocked()
-}
+func (s *Server) Start() error { return testserver.Locked(&s.mu, s.startLocked) }
 
 func (s *Server) startLocked() error {
-	if s.closed {
-		return errors.New("etcdtest: Start of a closed server")
-	}
-	if s.proc != nil {
-		return errors.New("etcdtest: Start of a running server")
+	if err := testserver.StartRefused(s.closed, s.proc != nil, "etcdtest: Start of a closed server", "etcdtest: Start of a running server"); err != nil {
+		return err
 	}
 	cmd := exec.Command(s.etcd, s.member(s.data, s.token).Args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -258,18 +239,14 @@ func (s *Server) ready(ctx context.Context) error {
 // returns once it has exited. The data stay, for [Server.Start]. Stopping
 // a stopped server does nothing.
 func (s *Server) Stop() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopLocked(syscall.SIGTERM)
+	return testserver.Locked(&s.mu, func() error { return s.stopLocked(syscall.SIGTERM) })
 }
 
 // Kill kills the server with SIGKILL, as a crash or an out-of-memory kill
 // would, and returns once it has exited. What it had acknowledged is on
 // its disk; [Server.Start] recovers it.
 func (s *Server) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopLocked(syscall.SIGKILL)
+	return testserver.Locked(&s.mu, func() error { return s.stopLocked(syscall.SIGKILL) })
 }
 
 func (s *Server) stopLocked(sig syscall.Signal) error {

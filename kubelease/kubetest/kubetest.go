@@ -583,27 +583,19 @@ func (c *Cluster) ready(ctx context.Context, url string) error {
 // StartupTime returns how long the API server took to be ready at its last
 // start.
 func (c *Cluster) StartupTime() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.started
+	return testserver.Locked(&c.mu, func() time.Duration { return c.started })
 }
 
 // APIServerPID returns the API server's process ID, 0 when it is stopped.
 func (c *Cluster) APIServerPID() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.apiP.PID()
+	return testserver.Locked(&c.mu, func() int { return c.apiP.PID() })
 }
 
 // StopAPIServer stops the API server (SIGTERM, then SIGKILL if it has not
 // exited after 10 s, stretched by Timeout); etcd keeps running. The
 // connections to its address are closed, and new ones closed at once,
 // until it is started again.
-func (c *Cluster) StopAPIServer() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stopAPILocked()
-}
+func (c *Cluster) StopAPIServer() error { return testserver.Locked(&c.mu, c.stopAPILocked) }
 
 func (c *Cluster) stopAPILocked() error {
 	c.front.point("")
@@ -615,15 +607,12 @@ func (c *Cluster) stopAPILocked() error {
 // StartAPIServer starts a stopped API server again, on the same etcd, and
 // returns once it is ready; its address stays the same.
 func (c *Cluster) StartAPIServer() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return errors.New("kubetest: StartAPIServer of a closed cluster")
-	}
-	if c.apiP != nil {
-		return errors.New("kubetest: the API server runs")
-	}
-	return c.startAPI()
+	return testserver.Locked(&c.mu, func() error {
+		if err := testserver.StartRefused(c.closed, c.apiP != nil, "kubetest: StartAPIServer of a closed cluster", "kubetest: the API server runs"); err != nil {
+			return err
+		}
+		return c.startAPI()
+	})
 }
 
 // RestartAPIServer stops the API server and starts it again. An API

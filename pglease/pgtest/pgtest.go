@@ -336,14 +336,11 @@ func othersCanEnter(dir string) bool {
 // Start starts a stopped server again, on the same port and data, and
 // returns once it accepts connections. It is an error to start a running
 // or closed server.
-func (s *Server) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("pgtest: Start of a closed server")
-	}
-	if s.proc != nil {
-		return errors.New("pgtest: Start of a running server")
+func (s *Server) Start() error { return testserver.Locked(&s.mu, s.startLocked) }
+
+func (s *Server) startLocked() error {
+	if err := testserver.StartRefused(s.closed, s.proc != nil, "pgtest: Start of a closed server", "pgtest: Start of a running server"); err != nil {
+		return err
 	}
 	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"),
 		"-p", strconv.Itoa(s.port), "-h", "127.0.0.1", "-k", s.dir,
@@ -412,11 +409,7 @@ func sameDir(a, b string) bool {
 // transactions are rolled back, clients disconnected), killing it if it
 // has not exited within 10 seconds, and returns once it has exited. The
 // data stay, for [Server.Start]. Stopping a stopped server does nothing.
-func (s *Server) Stop() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopLocked()
-}
+func (s *Server) Stop() error { return testserver.Locked(&s.mu, s.stopLocked) }
 
 func (s *Server) stopLocked() error {
 	proc := s.proc
