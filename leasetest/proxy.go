@@ -1,13 +1,14 @@
 package leasetest
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // Proxy forwards TCP connections from a loopback address of its own to a
@@ -73,8 +74,7 @@ func StartProxy(target string) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{target: target, ln: ln, conns: map[*proxyConn]bool{}}
-	p.wg.Add(1)
-	go p.accept()
+	testserver.ServeConns(ln, &p.wg, p.serve)
 	return p, nil
 }
 
@@ -142,26 +142,9 @@ func (p *Proxy) Close() {
 	}
 }
 
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // a transient failure (too many files)
-			continue
-		}
-		p.wg.Add(1)
-		go p.serve(client)
-	}
-}
-
 // serve forwards one client connection until either side closes it or a
 // fault drops it.
 func (p *Proxy) serve(client net.Conn) {
-	defer p.wg.Done()
 	p.mu.Lock()
 	mode, closed := p.mode, p.closed
 	p.mu.Unlock()

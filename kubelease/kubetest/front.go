@@ -1,11 +1,11 @@
 package kubetest
 
 import (
-	"errors"
 	"io"
 	"net"
 	"sync"
-	"time"
+
+	"github.com/randflake/randflake/internal/testserver"
 )
 
 // front is the API server's address as the tests see it: a loopback
@@ -31,8 +31,7 @@ func newFront() (*front, error) {
 		return nil, err
 	}
 	f := &front{ln: ln, conns: map[net.Conn]bool{}}
-	f.wg.Add(1)
-	go f.serve()
+	testserver.ServeConns(ln, &f.wg, f.forward)
 	return f, nil
 }
 
@@ -54,26 +53,9 @@ func (f *front) point(addr string) {
 	clear(f.conns)
 }
 
-func (f *front) serve() {
-	defer f.wg.Done()
-	for {
-		c, err := f.ln.Accept()
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil {
-			time.Sleep(10 * time.Millisecond) // out of file descriptors, say
-			continue
-		}
-		f.wg.Add(1)
-		go f.forward(c)
-	}
-}
-
 // forward passes c's bytes to the API server and back until either side
 // closes.
 func (f *front) forward(c net.Conn) {
-	defer f.wg.Done()
 	f.mu.Lock()
 	to := f.to
 	f.mu.Unlock()
