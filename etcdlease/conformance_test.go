@@ -3,7 +3,6 @@ package etcdlease
 import (
 	"context"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,8 +45,7 @@ const conformancePrefix = "/conformance/"
 func newConformanceStore(t *testing.T) *leasetest.Store {
 	srv := etcdtest.New(t)
 	admin := newClient(t, srv.Endpoint())
-	var mu sync.Mutex
-	clients := map[lease.BlockStore]*clientv3.Client{}
+	var handles leasetest.Handles
 	ctx := func() context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		t.Cleanup(cancel)
@@ -99,20 +97,10 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		if err != nil {
 			return nil, err
 		}
-		mu.Lock()
-		clients[st] = cli
-		mu.Unlock()
+		handles.Add(st, func() { cli.Close() })
 		return st, nil
 	}
-	s.Kill = func(t *testing.T, st lease.BlockStore) {
-		mu.Lock()
-		cli := clients[st]
-		mu.Unlock()
-		if cli == nil {
-			t.Fatalf("Kill of a store not opened here: %T", st)
-		}
-		cli.Close()
-	}
+	s.Kill = handles.Kill
 	s.Wipe = func(t *testing.T) {
 		if _, err := srv.Ctl(ctx(), "del", "--prefix", conformancePrefix); err != nil {
 			t.Fatal(err)

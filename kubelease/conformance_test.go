@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,8 +48,7 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		c = kubetest.Shared(t)
 	}
 	ns := c.Namespace(t, "conformance")
-	var mu sync.Mutex
-	kills := map[lease.BlockStore]*killable{}
+	var handles leasetest.Handles
 	s := &leasetest.Store{Addr: c.Addr()}
 	s.Open = func(t *testing.T, p leasetest.Process) (lease.BlockStore, error) {
 		cli, k := testClient(t, c, kubetest.User, p.Addr)
@@ -67,20 +65,10 @@ func newConformanceStore(t *testing.T) *leasetest.Store {
 		// process is played with the engine's clock alone, so that
 		// ClockAheadPerBlock checks the engine's rule on the records the
 		// Lease objects keep.
-		mu.Lock()
-		kills[st] = k
-		mu.Unlock()
+		handles.Add(st, func() { k.killed.Store(true) })
 		return st, nil
 	}
-	s.Kill = func(t *testing.T, st lease.BlockStore) {
-		mu.Lock()
-		k := kills[st]
-		mu.Unlock()
-		if k == nil {
-			t.Fatalf("Kill of a store not opened here: %T", st)
-		}
-		k.killed.Store(true)
-	}
+	s.Kill = handles.Kill
 	leases := kubetest.LeasesPath(ns)
 	get := func(t *testing.T, name string) *leaseObject {
 		var l leaseObject
