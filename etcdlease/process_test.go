@@ -89,14 +89,7 @@ func TestKilledHolder(t *testing.T) {
 	if refused < testTTL-time.Second {
 		t.Errorf("node IDs taken over %v after SIGKILL, before the TTL could pass", refused)
 	}
-	c := leasetest.Collect("the successor", g)
-	c.WaitCount(t, 1000, 10*time.Second)
-	check := leasetest.NewChecker(t, testSecret)
-	dead := check.Add("the killed holder", h.IDs(), h.Leases()...)
-	next := check.AddCollector(c)
-	if l2 := g.Lease(); l2.FirstNode != l1.FirstNode || l2.Start <= dead.Last || next.First <= dead.Last {
-		t.Errorf("the successor's lease %v (first ID at second %d) does not start after the killed holder's last second %d on its node IDs", l2, next.First, dead.Last)
-	}
+	check := leasetest.CheckSuccessor(t, testSecret, h, l1, g, 1000, 10*time.Second)
 	t.Logf("killed holder: node IDs refused until %v after SIGKILL, the successor issuing %v after it; %v",
 		refused.Round(time.Millisecond), startedAt.Round(time.Millisecond), check)
 }

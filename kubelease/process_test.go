@@ -96,14 +96,7 @@ func TestKilledHolder(t *testing.T) {
 		t.Errorf("the successor claimed %s at %s, %v before the killed holder's claim lapsed at %s (its last renewal plus the TTL)",
 			block, sent.Format(time.RFC3339Nano), lapse.Sub(sent), lapse.Format(time.RFC3339Nano))
 	}
-	col := leasetest.Collect("the successor", g)
-	col.WaitCount(t, 1000, 15*time.Second)
-	check := leasetest.NewChecker(t, testSecret)
-	dead := check.Add("the killed holder", h.IDs(), h.Leases()...)
-	next := check.AddCollector(col)
-	if l2 := g.Lease(); l2.FirstNode != l1.FirstNode || l2.Start <= dead.Last || next.First <= dead.Last {
-		t.Errorf("the successor's lease %v (first ID at second %d) does not start after the killed holder's last second %d on its node IDs", l2, next.First, dead.Last)
-	}
+	check := leasetest.CheckSuccessor(t, testSecret, h, l1, g, 1000, 15*time.Second)
 	t.Logf("killed holder: its claim lapsing %v after SIGKILL, node IDs refused until %v after it, the successor claiming %v and issuing %v after it; %v",
 		lapse.Sub(killedAt).Round(time.Millisecond), refused.Round(time.Millisecond), takeover.first().Sub(killedAt).Round(time.Millisecond),
 		startedAt.Round(time.Millisecond), check)

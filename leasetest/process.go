@@ -359,6 +359,27 @@ func ClaimAfterKill(t testing.TB, killedAt time.Time, within, poll time.Duration
 	}
 }
 
+// CheckSuccessor checks the successor g that took over the node IDs of
+// the killed holder, whose lease was was: it runs g under load (a
+// Collector, "the successor") until it has issued n IDs, waiting up to
+// timeout, stretched by the measured slowdown; proves its IDs and the
+// killed holder's unique with a Checker under secret; and fails t unless
+// g's lease is on the killed holder's node IDs and starts, as its first
+// ID does, after the killed holder's last second. It returns the Checker,
+// for the test's log.
+func CheckSuccessor(t testing.TB, secret []byte, killed *Holder, was randflake.Lease, g Generator, n int, timeout time.Duration) *Checker {
+	t.Helper()
+	c := Collect("the successor", g)
+	c.WaitCount(t, n, timeout)
+	check := NewChecker(t, secret)
+	dead := check.Add("the killed holder", killed.IDs(), killed.Leases()...)
+	next := check.AddCollector(c)
+	if l := g.Lease(); l.FirstNode != was.FirstNode || l.Start <= dead.Last || next.First <= dead.Last {
+		t.Errorf("the successor's lease %v (first ID at second %d) does not start after the killed holder's last second %d on its node IDs", l, next.First, dead.Last)
+	}
+	return check
+}
+
 // Kill sends SIGKILL now, waits for the holder to die, and returns the
 // time of the kill.
 func (h *Holder) Kill() time.Time {
