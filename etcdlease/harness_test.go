@@ -9,7 +9,6 @@ import (
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/etcdlease/etcdtest"
 	"github.com/randflake/randflake/internal/slowdown"
-	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -96,11 +95,4 @@ func keyCount(t testing.TB, cli *clientv3.Client, prefix string) int64 {
 
 // takeoverOf returns the seconds every claim on cfg waits after it, when
 // no record asks for longer (rule 14 of docs/leases.md).
-func takeoverOf(t *testing.T, cfg Config) int64 {
-	t.Helper()
-	st, err := NewStore(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int64(lease.TakeoverWait(st.Info()) / time.Second)
-}
+func takeoverOf(t *testing.T, cfg Config) int64 { return leasetest.TakeoverSeconds(t, NewStore, cfg) }

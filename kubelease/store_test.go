@@ -181,11 +181,4 @@ func (f *failAfterCommit) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // takeoverOf returns the seconds every claim on cfg waits after it, when
 // no record asks for longer (rule 14 of docs/leases.md).
-func takeoverOf(t *testing.T, cfg Config) int64 {
-	t.Helper()
-	st, err := NewStore(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int64(lease.TakeoverWait(st.Info()) / time.Second)
-}
+func takeoverOf(t *testing.T, cfg Config) int64 { return leasetest.TakeoverSeconds(t, NewStore, cfg) }

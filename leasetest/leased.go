@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/randflake/randflake"
+	"github.com/randflake/randflake/lease"
 )
 
 // StartTimeout bounds the start of a generator in NewLeased: its first
@@ -39,4 +40,17 @@ func CloseAtEnd(t testing.TB, g *randflake.Leased) {
 		defer cancel()
 		g.Close(ctx)
 	})
+}
+
+// TakeoverSeconds opens a store with open(cfg) (a module's NewStore, say)
+// and returns, in whole seconds, how long every claim on it waits after
+// the claim when no record asks for longer: lease.TakeoverWait of its
+// Info (rule 14 of docs/leases.md). An error of open fails t.
+func TakeoverSeconds[C any, S lease.BlockStore](t testing.TB, open func(C) (S, error), cfg C) int64 {
+	t.Helper()
+	st, err := open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(lease.TakeoverWait(st.Info()) / time.Second)
 }

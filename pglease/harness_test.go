@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/internal/slowdown"
-	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 	"github.com/randflake/randflake/pglease/pgtest"
 )
@@ -172,11 +171,4 @@ func checker(t *testing.T) *leasetest.Checker { return leasetest.NewChecker(t, t
 
 // takeoverOf returns the seconds every claim on cfg waits after it, when
 // no record asks for longer (rule 14 of docs/leases.md).
-func takeoverOf(t *testing.T, cfg Config) int64 {
-	t.Helper()
-	st, err := newStore(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int64(lease.TakeoverWait(st.Info()) / time.Second)
-}
+func takeoverOf(t *testing.T, cfg Config) int64 { return leasetest.TakeoverSeconds(t, newStore, cfg) }
