@@ -49,18 +49,14 @@ func decryptBlock(rk *[roundKeyWords]uint16, x0, x1, x2, x3 uint16) (uint16, uin
 		x0, x1, x2, x3 = x2, x3, x0, x1
 		t := bits.RotateLeft16(x0^x1, 8)
 		x2, x3 = x2^x0^t, x3^x1^t
-		x0, x1 = arxInv(x0, x1)
-		x0, x1 = x0^k[4], x1^k[5]
-		x0, x1 = arxInv(x0, x1)
-		x0, x1 = x0^k[2], x1^k[3]
-		x0, x1 = arxInv(x0, x1)
-		x0, x1 = x0^k[0], x1^k[1]
-		x2, x3 = arxInv(x2, x3)
-		x2, x3 = x2^k[10], x3^k[11]
-		x2, x3 = arxInv(x2, x3)
-		x2, x3 = x2^k[8], x3^k[9]
-		x2, x3 = arxInv(x2, x3)
-		x2, x3 = x2^k[6], x3^k[7]
+		// The rounds of each branch in reverse, the left's keys k[0:6],
+		// the right's k[6:12].
+		for r := 2 * (sparxRounds - 1); r >= 0; r -= 2 {
+			x0, x1 = arxInv(x0, x1)
+			x0, x1 = x0^k[r], x1^k[r+1]
+			x2, x3 = arxInv(x2, x3)
+			x2, x3 = x2^k[r+6], x3^k[r+7]
+		}
 	}
 	return x0, x1, x2, x3
 }
