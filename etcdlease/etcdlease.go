@@ -159,22 +159,6 @@ func ceilSecond(d time.Duration) time.Duration {
 // block may hold up to every node ID of the range.
 const MaxNodes = randflake.MaxNode + 1
 
-// Errors of etcd leases. ErrNoFreeNodes and ErrClockBehind are the lease
-// engine's errors.
-var (
-	// ErrNoFreeNodes: every block of node IDs is claimed (or used up, or
-	// refused for its clock).
-	ErrNoFreeNodes = lease.ErrNoFreeNodes
-	// ErrClockBehind: every free block was used at times ahead of this
-	// machine's clock, or up to seconds too far ahead to wait for.
-	ErrClockBehind = lease.ErrClockBehind
-	// ErrCorrupt: a key among the claims names no node ID; this package
-	// never writes it, and refuses to guess which block it claims. (A
-	// record that fails its check is not an error: the lease engine waits
-	// out the history it cannot trust.)
-	ErrCorrupt = errors.New("etcdlease: corrupt key under the prefix")
-)
-
 // Config configures a Source.
 type Config struct {
 	// Client is the etcd client. The Source does not close it.
@@ -293,55 +277,22 @@ func (cfg Config) normalize() (Config, error) {
 	return cfg, nil
 }
 
-// Source is a randflake.LeaseSource on etcd: the lease engine on a Store.
-// It holds at most one lease at a time; use one Source per generator. It
-// is safe for concurrent use.
+// Source is a randflake.LeaseSource on etcd: the lease engine
+// (lease.BlockSource) on a Store. It holds at most one lease at a time;
+// use one Source per generator. It is safe for concurrent use.
 //
 // Its ResetHistory marks the history of every block unknown, so that the
 // next claims wait out the horizon: the operator's tool after an etcd
 // restore that cannot be detected (see the package documentation).
-type Source struct {
-	*lease.BlockSource
-}
+type Source = lease.BlockSource
 
 // New returns a lease source on etcd. Config.Secret is required: the
 // fleet's 16 bytes.
-func New(cfg Config) (*Source, error) {
-	cfg, err := cfg.normalize()
-	if err != nil {
-		return nil, err
-	}
-	st, err := NewStore(cfg)
-	if err != nil {
-		return nil, err
-	}
-	bs, err := lease.NewStoreSource(st, lease.StoreSourceConfig{
-		Name:    "etcdlease",
-		Secret:  cfg.Secret,
-		Layout:  st.Layout(),
-		Horizon: cfg.Horizon,
-		Logger:  cfg.Logger,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Source{BlockSource: bs}, nil
-}
+func New(cfg Config) (*Source, error) { return lease.OpenStoreSource(cfg.open) }
 
 // NewLeased returns a generator on node IDs claimed from etcd, under the
-// fleet's secret, which also signs the records (Config.Secret is set from
-// it).
+// fleet's secret, which also signs the records: Config.Secret may be left
+// empty, and one that differs from secret is an error.
 func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Leased, error) {
-	cfg.Secret = secret
-	src, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return lease.NewStoreLeased(ctx, src, lease.StoreLeasedConfig{
-		Name:    "etcdlease",
-		Secret:  secret,
-		Shards:  cfg.Shards,
-		OnError: cfg.OnError,
-		Logger:  cfg.Logger,
-	})
+	return lease.OpenStoreLeased(ctx, secret, cfg.open)
 }

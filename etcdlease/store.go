@@ -27,7 +27,8 @@ type Store struct {
 	cli     *clientv3.Client
 	prefix  string
 	layout  lease.BlockLayout
-	ttl     int64 // seconds
+	horizon time.Duration // Config.Horizon, for the engine
+	ttl     int64         // seconds
 	promise time.Duration
 	skew    time.Duration
 	holder  string
@@ -55,7 +56,7 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return &Store{cli: c.Client, prefix: c.Prefix, ttl: int64(c.TTL / time.Second), promise: c.Promise, skew: c.MaxClockSkew, holder: c.Holder,
-		layout: lease.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}}, nil
+		layout: lease.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}, horizon: c.Horizon}, nil
 }
 
 // Layout returns the store's division of node IDs into blocks.
@@ -73,6 +74,16 @@ func (s *Store) claimNode(key []byte) (int64, error) {
 		return 0, fmt.Errorf("%w: the key %q under the claims names no node ID; this package never writes it", ErrCorrupt, key)
 	}
 	return n, nil
+}
+
+// open is New's and NewLeased's work: the Store cfg describes, and the
+// lease engine's settings on it.
+func (cfg Config) open() (lease.BlockStore, lease.StoreConfig, error) {
+	st, err := NewStore(cfg)
+	if err != nil {
+		return nil, lease.StoreConfig{}, err
+	}
+	return st, lease.StoreConfig{Name: "etcdlease", Secret: cfg.Secret, Layout: st.layout, Horizon: st.horizon, Logger: cfg.Logger, Shards: cfg.Shards, OnError: cfg.OnError}, nil
 }
 
 // margin is how long before the etcd lease can expire the holder stops.

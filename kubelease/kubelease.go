@@ -178,22 +178,6 @@ const (
 	DefaultHorizon = DefaultTTL
 )
 
-// Errors of Kubernetes leases. ErrNoFreeNodes and ErrClockBehind are the
-// lease engine's own.
-var (
-	// ErrNoFreeNodes: every block of node IDs is claimed.
-	ErrNoFreeNodes = lease.ErrNoFreeNodes
-	// ErrClockBehind: the free blocks were used up to seconds ahead of
-	// this machine's clock (it may have stepped back).
-	ErrClockBehind = lease.ErrClockBehind
-	// ErrCorrupt: a Lease object with the fleet's label whose name is
-	// not one this package writes.
-	ErrCorrupt = errors.New("kubelease: corrupt Lease object")
-	// ErrClockSkew: the API server's clock and this machine's differ by
-	// more than Config.MaxClockSkew.
-	ErrClockSkew = errors.New("kubelease: this machine's clock and the API server's differ by more than MaxClockSkew")
-)
-
 // Config configures a Source.
 type Config struct {
 	// Client is the connection to the API server (InCluster,
@@ -218,6 +202,11 @@ type Config struct {
 	// FirstNode and LastNode bound the node IDs the fleet uses. Zero for
 	// both means all of them, 0 to 131071.
 	FirstNode, LastNode int64
+	// Holder describes this process in its claims (default: the pod's
+	// name and UID from the POD_NAME and POD_UID variables, which the
+	// manifests set from the downward API; else the host name and
+	// process ID).
+	Holder string
 	// TTL is the claims' leaseDurationSeconds, in whole seconds (0:
 	// DefaultTTL). It must leave room for the clock allowances: 2 x
 	// (MaxClockSkew + 1 s) plus a tenth of the TTL must not exceed half
@@ -234,11 +223,6 @@ type Config struct {
 	// MaxClockSkew bounds the difference between this machine's clock
 	// and the API server's (0: DefaultMaxClockSkew).
 	MaxClockSkew time.Duration
-	// Holder describes this process in its claims (default: the pod's
-	// name and UID from the POD_NAME and POD_UID variables, which the
-	// manifests set from the downward API; else the host name and
-	// process ID).
-	Holder string
 
 	// Shards, OnError and Logger are passed to randflake.LeasedConfig by
 	// NewLeased. Logger also receives the lease engine's events. Nil logs
@@ -246,6 +230,33 @@ type Config struct {
 	Shards  int
 	OnError func(error)
 	Logger  *slog.Logger
+}
+
+// dnsLabel reports whether s is a DNS label (RFC 1123) of at most n
+// characters.
+func dnsLabel(s string, n int) bool {
+	if s == "" || len(s) > n || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// defaultHolder describes this process: the pod's name and UID, if the
+// downward API gave them, else the host name and process ID.
+func defaultHolder() string {
+	if name, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID"); name != "" {
+		if uid != "" {
+			return name + " uid " + uid
+		}
+		return name
+	}
+	h, _ := os.Hostname()
+	return strings.TrimSpace(fmt.Sprintf("%s pid %d", h, os.Getpid()))
 }
 
 // normalize returns cfg with its defaults filled in, or why it is unusable.
@@ -307,82 +318,22 @@ func (cfg Config) normalize() (Config, error) {
 	return cfg, nil
 }
 
-// dnsLabel reports whether s is a DNS label (RFC 1123) of at most n
-// characters.
-func dnsLabel(s string, n int) bool {
-	if s == "" || len(s) > n || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, r := range s {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-// defaultHolder describes this process: the pod's name and UID, if the
-// downward API gave them, else the host name and process ID.
-func defaultHolder() string {
-	if name, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID"); name != "" {
-		if uid != "" {
-			return name + " uid " + uid
-		}
-		return name
-	}
-	h, _ := os.Hostname()
-	return strings.TrimSpace(fmt.Sprintf("%s pid %d", h, os.Getpid()))
-}
-
 // Source is a randflake.LeaseSource on Kubernetes Lease objects: the lease
-// engine on a Store. It holds at most one lease at a time; use one Source
-// per generator. It is safe for concurrent use.
+// engine (lease.BlockSource) on a Store. It holds at most one lease at a
+// time; use one Source per generator. It is safe for concurrent use.
 //
 // Its ResetHistory marks the history of every block unknown, so that the
 // next claims wait out the horizon: the operator's tool after an etcd
 // restore that cannot be detected (see the package documentation).
-type Source struct {
-	*lease.BlockSource
-}
+type Source = lease.BlockSource
 
 // New returns a lease source on Kubernetes Lease objects. Config.Secret is
 // required: the fleet's 16 bytes.
-func New(cfg Config) (*Source, error) {
-	cfg, err := cfg.normalize()
-	if err != nil {
-		return nil, err
-	}
-	st, err := NewStore(cfg)
-	if err != nil {
-		return nil, err
-	}
-	bs, err := lease.NewStoreSource(st, lease.StoreSourceConfig{
-		Name:    "kubelease",
-		Secret:  cfg.Secret,
-		Layout:  st.Layout(),
-		Horizon: cfg.Horizon,
-		Logger:  cfg.Logger,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Source{BlockSource: bs}, nil
-}
+func New(cfg Config) (*Source, error) { return lease.OpenStoreSource(cfg.open) }
 
 // NewLeased returns a generator on node IDs claimed through Lease objects,
-// under the fleet's secret, which also signs the records (Config.Secret is
-// set from it).
+// under the fleet's secret, which also signs the records: Config.Secret may
+// be left empty, and one that differs from secret is an error.
 func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Leased, error) {
-	cfg.Secret = secret
-	src, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return lease.NewStoreLeased(ctx, src, lease.StoreLeasedConfig{
-		Name:    "kubelease",
-		Secret:  secret,
-		Shards:  cfg.Shards,
-		OnError: cfg.OnError,
-		Logger:  cfg.Logger,
-	})
+	return lease.OpenStoreLeased(ctx, secret, cfg.open)
 }

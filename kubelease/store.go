@@ -50,15 +50,16 @@ const (
 // through a lease.BlockSource, as New does, and give each BlockSource
 // a Store of its own.
 type Store struct {
-	c      *Client
-	ns     string
-	name   string
-	layout lease.BlockLayout
-	ttl    time.Duration
-	skew   time.Duration
-	holder string
-	log    *slog.Logger
-	now    func() time.Time
+	c       *Client
+	ns      string
+	name    string
+	layout  lease.BlockLayout
+	horizon time.Duration // Config.Horizon, for the engine
+	ttl     time.Duration
+	skew    time.Duration
+	holder  string
+	log     *slog.Logger
+	now     func() time.Time
 
 	mu  sync.Mutex
 	uid string // the fleet object's UID last read: the store's identity
@@ -149,7 +150,7 @@ func NewStore(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return &Store{c: c.Client, ns: c.Namespace, name: c.Name, ttl: c.TTL, skew: c.MaxClockSkew, holder: c.Holder, log: c.Logger, now: time.Now,
-		layout: lease.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}}, nil
+		layout: lease.BlockLayout{FirstNode: c.FirstNode, LastNode: c.LastNode, Size: c.Nodes}, horizon: c.Horizon}, nil
 }
 
 // Layout returns the store's division of node IDs into blocks.
@@ -167,6 +168,16 @@ func (s *Store) Info() lease.StoreInfo {
 		Durable:      true,
 		MaxClockSkew: 2 * known(s.skew),
 	}
+}
+
+// open is New's and NewLeased's work: the Store cfg describes, and the
+// lease engine's settings on it.
+func (cfg Config) open() (lease.BlockStore, lease.StoreConfig, error) {
+	st, err := NewStore(cfg)
+	if err != nil {
+		return nil, lease.StoreConfig{}, err
+	}
+	return st, lease.StoreConfig{Name: "kubelease", Secret: cfg.Secret, Layout: st.layout, Horizon: st.horizon, Logger: cfg.Logger, Shards: cfg.Shards, OnError: cfg.OnError}, nil
 }
 
 func (s *Store) leasesPath() string {

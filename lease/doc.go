@@ -58,15 +58,19 @@
 //
 // # Building the source
 //
-// A store module's constructor makes its BlockStore from its own options
-// and passes it to NewStoreSource with the options every store-backed
-// source shares (StoreSourceConfig: the fleet secret, the layout, the
-// blocks per claim, the fleet's horizon, a logger). NewStoreSource checks
-// the secret (CheckStoreSecret) and returns the BlockSource; its errors
-// begin with the module's name. The module's NewLeased passes that source
-// to NewStoreLeased (StoreLeasedConfig), which makes the leased generator
-// under the same secret and waits for its first lease. NewBlockSource is
-// the engine alone, for a caller that checks its own configuration.
+// A store module gives the engine one StoreOpener: a function that makes
+// its BlockStore from the module's own Config and returns it with the
+// StoreConfig every store-backed source shares (the fleet secret, the
+// layout, the blocks per claim, the fleet's horizon, a logger, and the
+// generator's shards and error callback). The module's New is then
+// OpenStoreSource(open), and its NewLeased OpenStoreLeased(ctx, secret,
+// open), which refuses a Config naming another secret than the one given.
+// Both check the secret (CheckStoreSecret) in one place; their errors
+// begin with the module's name. A module whose source wraps the engine
+// (pglease scrubs passwords from its errors) calls the two steps itself:
+// NewStoreSource for the BlockSource, NewStoreLeased for the generator.
+// NewBlockSource is the engine alone, for a caller that checks its own
+// configuration.
 //
 // The engine's errors (ErrNoFreeNodes, ErrClockBehind,
 // ErrHistoryRolledBack, ErrFleetMismatch, ErrBeyondHorizon) reach the

@@ -12,15 +12,17 @@ import (
 // The constructors of a store module (etcdlease, pglease, kubelease, or
 // one of your own) build their BlockStore from their own options and hand
 // it here with the options every store-backed source shares, so that the
-// fleet secret is checked, and the lease engine set up, in one place.
+// fleet secret is checked, and the lease engine and the generator set up,
+// in one place.
 
-// StoreSourceConfig is what a store module's constructor passes to
-// NewStoreSource besides its store: the options every source on a
-// BlockStore shares.
-type StoreSourceConfig struct {
+// StoreConfig is what a store module passes to the lease engine besides
+// its store: the options every source on a BlockStore, and every
+// generator on such a source, shares. NewStoreSource reads Name, Secret,
+// Layout, Blocks, Horizon, Logger and Close; NewStoreLeased reads Name,
+// Secret, Shards, OnError, Logger and Close.
+type StoreConfig struct {
 	// Name names the caller in errors, as its package does ("etcdlease"):
-	// an error of NewStoreSource reads "etcdlease: …" (empty:
-	// "randflake").
+	// an error reads "etcdlease: …" (empty: "randflake").
 	Name string
 	// Secret is the fleet's 16-byte secret (the caller's Config.Secret),
 	// the same as the generators'. Records and the marker are signed
@@ -33,19 +35,62 @@ type StoreSourceConfig struct {
 	// Horizon is the fleet's bound on promises (see
 	// BlockSourceConfig.Horizon): the caller's default if it has one.
 	Horizon time.Duration
-	// Logger receives the lease engine's events. Nil logs nothing.
+	// Logger receives the lease engine's and the generator's events. Nil
+	// logs nothing.
 	Logger *slog.Logger
+	// Shards and OnError are those of [randflake.LeasedConfig].
+	Shards  int
+	OnError func(error)
 	// Close, if not nil, releases what the caller opened for the store
 	// (pglease: a connection pool it opened from a DSN). NewStoreSource
-	// calls it when it fails, and only then.
+	// and NewStoreLeased call it when they fail, and only then: on
+	// success it stays open for the source's or the generator's life.
 	Close func()
+}
+
+// StoreOpener makes a store module's BlockStore from the module's own
+// Config, with the StoreConfig the engine runs it under: the one thing a
+// module hands to OpenStoreSource and OpenStoreLeased.
+type StoreOpener func() (BlockStore, StoreConfig, error)
+
+// OpenStoreSource is a store module's New: it opens the store and returns
+// the lease engine on it, as NewStoreSource does.
+func OpenStoreSource(open StoreOpener) (*BlockSource, error) {
+	st, cfg, err := open()
+	if err != nil {
+		return nil, err
+	}
+	return NewStoreSource(st, cfg)
+}
+
+// OpenStoreLeased is a store module's NewLeased: it opens the store, makes
+// the lease engine on it under secret, and returns a generator on node IDs
+// leased from it, waiting for the first lease as [randflake.NewLeased]
+// does. The opener's StoreConfig.Secret is set to secret; a different one
+// (a Config naming another secret than the one given) is refused, not
+// guessed between.
+func OpenStoreLeased(ctx context.Context, secret []byte, open StoreOpener) (*randflake.Leased, error) {
+	st, cfg, err := open()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Secret != nil && string(cfg.Secret) != string(secret) {
+		closeStore(cfg.Close)
+		return nil, fmt.Errorf("%s: NewLeased: Config.Secret differs from the secret given", callerName(cfg.Name))
+	}
+	cfg.Secret = secret
+	bs, err := NewStoreSource(st, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewStoreLeased(ctx, bs, cfg)
 }
 
 // NewStoreSource returns the lease engine on store, a store module's
 // source: it checks the secret (CheckStoreSecret) and makes the
 // BlockSource. Its errors begin with cfg.Name; when it fails it calls
 // cfg.Close.
-func NewStoreSource(store BlockStore, cfg StoreSourceConfig) (*BlockSource, error) {
+func NewStoreSource(store BlockStore, cfg StoreConfig) (*BlockSource, error) {
 	if err := CheckStoreSecret(cfg.Name, cfg.Secret); err != nil {
 		closeStore(cfg.Close)
 		return nil, err
@@ -64,29 +109,11 @@ func NewStoreSource(store BlockStore, cfg StoreSourceConfig) (*BlockSource, erro
 	return bs, nil
 }
 
-// StoreLeasedConfig is what a store module's NewLeased passes to
-// NewStoreLeased besides its source.
-type StoreLeasedConfig struct {
-	// Name names the caller in errors ("etcdlease").
-	Name string
-	// Secret is the fleet's 16-byte secret: the generator's, and the one
-	// the source signs its records with.
-	Secret []byte
-	// Shards, OnError and Logger are those of [randflake.LeasedConfig].
-	Shards  int
-	OnError func(error)
-	Logger  *slog.Logger
-	// Close, if not nil, releases the source's resources (pglease: the
-	// pool it opened from a DSN). NewStoreLeased calls it when it fails,
-	// and only then: on success they stay open for the generator's life.
-	Close func()
-}
-
 // NewStoreLeased returns a generator on node IDs leased from src, a store
 // module's source, under cfg.Secret (checked as NewStoreSource checks it). It
 // waits for the first lease as [randflake.NewLeased] does; when it fails it
 // calls cfg.Close.
-func NewStoreLeased(ctx context.Context, src randflake.LeaseSource, cfg StoreLeasedConfig) (*randflake.Leased, error) {
+func NewStoreLeased(ctx context.Context, src randflake.LeaseSource, cfg StoreConfig) (*randflake.Leased, error) {
 	if err := CheckStoreSecret(cfg.Name, cfg.Secret); err != nil {
 		closeStore(cfg.Close)
 		return nil, err

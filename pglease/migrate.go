@@ -59,16 +59,6 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Errors of the schema.
-var (
-	// ErrNoSchema: the tables do not exist; run Migrate (or schema.sql).
-	ErrNoSchema = errors.New("pglease: the lease tables do not exist (run pglease.Migrate or schema.sql first)")
-	// ErrSchemaVersion: the schema-version table holds a version this
-	// package does not work on: version 1 before Migrate upgraded it, or
-	// one written by a newer release.
-	ErrSchemaVersion = errors.New("pglease: unknown schema version")
-)
-
 // Migrate creates the tables of DefaultTable, in the first schema of the
 // search path, if they do not exist yet, or upgrades them from version 1
 // (see MigrateTable).

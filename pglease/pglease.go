@@ -162,23 +162,6 @@ const (
 	DefaultHorizon = DefaultTTL
 )
 
-// Errors of PostgreSQL leases. ErrNoFreeNodes and ErrClockBehind are the
-// lease engine's own.
-var (
-	// ErrNoFreeNodes: every block of node IDs is claimed.
-	ErrNoFreeNodes = lease.ErrNoFreeNodes
-	// ErrClockBehind: the free blocks were used up to seconds ahead of this
-	// machine's clock (it may have stepped back).
-	ErrClockBehind = lease.ErrClockBehind
-	// ErrCorrupt: a row of the blocks table that no process of this
-	// package can have written: node IDs that are not a block of any
-	// size (possible only with the table's checks dropped).
-	ErrCorrupt = errors.New("pglease: corrupt row")
-	// ErrClockSkew: the database server's clock and this machine's differ
-	// by more than Config.MaxClockSkew.
-	ErrClockSkew = errors.New("pglease: this machine's clock and the database server's differ by more than MaxClockSkew")
-)
-
 // Config configures a Source.
 type Config struct {
 	// Pool is the connection pool to use; the Source does not close it.
@@ -281,18 +264,17 @@ func New(cfg Config) (*Source, error) {
 		s.pool, s.owned = pool, true
 	}
 	st.pool, st.red = s.pool, s.red
-	s.bs, err = lease.NewStoreSource(st, lease.StoreSourceConfig{
-		Name:    "pglease",
-		Secret:  cfg.Secret,
-		Layout:  st.layout,
-		Horizon: st.horizon,
-		Logger:  cfg.Logger,
-		Close:   s.Close,
-	})
+	s.bs, err = lease.NewStoreSource(st, s.engine(cfg))
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// engine is the lease engine's configuration of the Source on cfg.
+func (s *Source) engine(cfg Config) lease.StoreConfig {
+	return lease.StoreConfig{Name: "pglease", Secret: cfg.Secret, Layout: s.st.layout, Horizon: s.st.horizon, Logger: cfg.Logger,
+		Shards: cfg.Shards, OnError: cfg.OnError, Close: s.Close}
 }
 
 // NewLeased returns a generator on node IDs claimed from PostgreSQL, with
@@ -309,14 +291,7 @@ func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Lease
 	if err != nil {
 		return nil, err
 	}
-	return lease.NewStoreLeased(ctx, src, lease.StoreLeasedConfig{
-		Name:    "pglease",
-		Secret:  secret,
-		Shards:  cfg.Shards,
-		OnError: cfg.OnError,
-		Logger:  cfg.Logger,
-		Close:   src.Close,
-	})
+	return lease.NewStoreLeased(ctx, src, src.engine(cfg))
 }
 
 // Close closes the pool the Source opened from Config.DSN; a Config.Pool is
