@@ -16,9 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:-v0.0.0-image}
-start=$SECONDS
-say() { printf 'image-check: %s (%ds)\n' "$*" $((SECONDS - start)); }
-fail() { printf 'image-check: FAIL: %s\n' "$*" >&2; exit 1; }
+. .ci/say.sh image-check
 [[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] ||
 	fail "VERSION must look like v1.2.3 or v1.2.3-rc.1, not '$version'"
 

@@ -8,9 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:-v0.0.0-ci}
-start=$SECONDS
-say() { printf 'release-binaries: %s (%ds)\n' "$*" $((SECONDS - start)); }
-fail() { printf 'release-binaries: FAIL: %s\n' "$*" >&2; exit 1; }
+. .ci/say.sh release-binaries
 command -v file >/dev/null || fail "file(1) is not installed"
 command -v qemu-aarch64-static >/dev/null || fail "qemu-aarch64-static is not installed"
 

@@ -22,9 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
-start=$SECONDS
-say() { printf 'release-check: %s (%ds)\n' "$*" $((SECONDS - start)); }
-fail() { printf 'release-check: FAIL: %s\n' "$*" >&2; exit 1; }
+. .ci/say.sh release-check
 
 version=${1:-$(awk '$1 == "github.com/randflake/randflake" && $2 ~ /^v/ { print $2; exit }' cmd/randflake/go.mod)}
 [ -n "$version" ] || fail "no version given and none found in cmd/randflake/go.mod"

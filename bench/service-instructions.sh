@@ -20,17 +20,8 @@ n=${1:-5000}
 rounds=${2:-2}
 command -v callgrind_control >/dev/null || { echo "service-instructions.sh: valgrind is not installed" >&2; exit 1; }
 
-tmp=$(mktemp -d)
-pid=""
-cleanup() {
-	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-go build -C cmd/randflake -o "$tmp/randflake" .
-go build -C bench -o "$tmp/loadgen" ./cmd/loadgen
-rf=$tmp/randflake
-lg=$tmp/loadgen
+kill_signal=KILL # valgrind's children are stopped at once
+. bench/binaries.sh
 
 # measure NAME BIN ARGS...: prints the instructions per request of BIN ARGS.
 measure() {
@@ -40,6 +31,7 @@ measure() {
 	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 RANDFLAKE_STATE_DIR=$tmp/state-$name valgrind --tool=callgrind \
 		--callgrind-out-file="$tmp/$name.out.%p" "$bin" "$@" 2>"$log" &
 	pid=$!
+	pids=("$pid")
 	for _ in $(seq 600); do
 		addr=$(sed -n 's#.*\(msg=serving addr=\|bare handler on http://\)\([0-9.]*:[0-9]*\).*#\2#p' "$log" | head -n 1)
 		[ -n "$addr" ] && break
@@ -57,7 +49,7 @@ measure() {
 	done
 	kill -9 "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
-	pid=""
+	pids=()
 	echo $((total / n))
 }
 

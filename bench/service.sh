@@ -37,19 +37,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-go build -C cmd/randflake -o "$tmp/randflake" .
-go build -C bench -o "$tmp/loadgen" ./cmd/loadgen
-rf=$tmp/randflake
-lg=$tmp/loadgen
+. bench/binaries.sh
 
 # addr_from LOG PATTERN: waits up to 30 s for a line of LOG matching
 # PATTERN and prints the host:port that follows it.
