@@ -24,14 +24,15 @@ type kubeconfig struct {
 	Users []struct {
 		Name string `json:"name"`
 		User struct {
+			// Exec and AuthProvider are read only to be refused.
+			Exec                  map[string]any `json:"exec"`
+			AuthProvider          map[string]any `json:"auth-provider"`
 			Token                 string         `json:"token"`
 			TokenFile             string         `json:"tokenFile"`
 			ClientCertificate     string         `json:"client-certificate"`
 			ClientCertificateData string         `json:"client-certificate-data"`
 			ClientKey             string         `json:"client-key"`
 			ClientKeyData         string         `json:"client-key-data"`
-			Exec                  map[string]any `json:"exec"`
-			AuthProvider          map[string]any `json:"auth-provider"`
 		} `json:"user"`
 	} `json:"users"`
 	Contexts []struct {

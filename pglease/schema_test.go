@@ -3,7 +3,6 @@ package pglease
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -170,13 +169,9 @@ func TestMigrate(t *testing.T) {
 func TestMigrateFromV1(t *testing.T) {
 	t.Parallel()
 	pool, ctx := sharedPool(t, 30*time.Second)
-	v1, err := os.ReadFile("testdata/schema_v1.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
 	table := uniqueName("from_v1")
 	n, _ := newNames("", table)
-	if _, err := pool.Exec(ctx, n.sql(string(v1))); err != nil {
+	if _, err := pool.Exec(ctx, n.sql(schemaV1)); err != nil {
 		t.Fatal(err)
 	}
 	// Block 0-15 held by a version 1 holder, 16-31 free; both used up to

@@ -1,4 +1,9 @@
--- The PostgreSQL schema of package pglease, version 1.
+package pglease
+
+// schemaV1 is schema.sql as version 1 of this package shipped it (before
+// the records and the marker replaced used_until): what TestMigrateFromV1
+// upgrades. It must not change.
+const schemaV1 = `-- The PostgreSQL schema of package pglease, version 1.
 --
 -- pglease.Migrate runs exactly this file (it is embedded in the package), in
 -- one transaction, under an advisory lock, after checking that the schema is
@@ -50,3 +55,4 @@ CREATE TABLE IF NOT EXISTS randflake_blocks_schema (
 );
 
 INSERT INTO randflake_blocks_schema (version) VALUES (1) ON CONFLICT (single) DO NOTHING;
+`
