@@ -228,19 +228,11 @@ func (cfg Config) normalize() (Config, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	if cfg.Nodes == 0 {
-		cfg.Nodes = DefaultNodes
-	}
-	if cfg.FirstNode == 0 && cfg.LastNode == 0 {
-		cfg.LastNode = randflake.MaxNode
-	}
-	if err := randflake.CheckNodeRange(cfg.FirstNode, cfg.LastNode); err != nil {
+	l, err := lease.NewBlockLayout(cfg.FirstNode, cfg.LastNode, cfg.Nodes, DefaultNodes)
+	if err != nil {
 		return cfg, fmt.Errorf("etcdlease: %w", err)
 	}
-	if cfg.Nodes < 1 || (cfg.LastNode-cfg.FirstNode+1)%cfg.Nodes != 0 {
-		return cfg, fmt.Errorf("etcdlease: blocks of %d node IDs: want a number that divides the %d node IDs of the range %d-%d",
-			cfg.Nodes, cfg.LastNode-cfg.FirstNode+1, cfg.FirstNode, cfg.LastNode)
-	}
+	cfg.FirstNode, cfg.LastNode, cfg.Nodes = l.FirstNode, l.LastNode, l.Size
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL
 	}

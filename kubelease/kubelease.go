@@ -279,19 +279,6 @@ func (cfg Config) normalize() (Config, error) {
 	if !dnsLabel(cfg.Name, 56) {
 		return cfg, fmt.Errorf("kubelease: fleet name %q: want a DNS label of at most 56 characters", cfg.Name)
 	}
-	if cfg.Nodes == 0 {
-		cfg.Nodes = DefaultNodes
-	}
-	if cfg.FirstNode == 0 && cfg.LastNode == 0 {
-		cfg.LastNode = randflake.MaxNode
-	}
-	if err := randflake.CheckNodeRange(cfg.FirstNode, cfg.LastNode); err != nil {
-		return cfg, fmt.Errorf("kubelease: %w", err)
-	}
-	if cfg.Nodes < 1 || (cfg.LastNode-cfg.FirstNode+1)%cfg.Nodes != 0 {
-		return cfg, fmt.Errorf("kubelease: blocks of %d node IDs: want a number that divides the %d node IDs of the range %d-%d",
-			cfg.Nodes, cfg.LastNode-cfg.FirstNode+1, cfg.FirstNode, cfg.LastNode)
-	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL
 	}
@@ -312,6 +299,11 @@ func (cfg Config) normalize() (Config, error) {
 		return cfg, fmt.Errorf("kubelease: horizon %v: want 0 to %v", cfg.Horizon, MaxTTL)
 	}
 	cfg.Horizon = (cfg.Horizon + time.Second - 1) / time.Second * time.Second
+	l, err := lease.NewBlockLayout(cfg.FirstNode, cfg.LastNode, cfg.Nodes, DefaultNodes)
+	if err != nil {
+		return cfg, fmt.Errorf("kubelease: %w", err)
+	}
+	cfg.FirstNode, cfg.LastNode, cfg.Nodes = l.FirstNode, l.LastNode, l.Size
 	if cfg.Holder == "" {
 		cfg.Holder = defaultHolder()
 	}

@@ -197,6 +197,27 @@ type BlockLayout struct {
 	Size int64
 }
 
+// NewBlockLayout returns the layout a store module's Config describes:
+// blocks of size node IDs (0: defaultSize) over first-last (0-0: every
+// node ID). The range must be valid and the size must divide it; the error
+// says which is not, for the caller to prefix with its name.
+func NewBlockLayout(first, last, size, defaultSize int64) (BlockLayout, error) {
+	if size == 0 {
+		size = defaultSize
+	}
+	if first == 0 && last == 0 {
+		last = randflake.MaxNode
+	}
+	if err := randflake.CheckNodeRange(first, last); err != nil {
+		return BlockLayout{}, err
+	}
+	if size < 1 || (last-first+1)%size != 0 {
+		return BlockLayout{}, fmt.Errorf("blocks of %d node IDs: want a number that divides the %d node IDs of the range %d-%d",
+			size, last-first+1, first, last)
+	}
+	return BlockLayout{FirstNode: first, LastNode: last, Size: size}, nil
+}
+
 // Check checks the layout.
 func (b BlockLayout) Check() error {
 	if err := randflake.CheckNodeRange(b.FirstNode, b.LastNode); err != nil {
