@@ -31,14 +31,7 @@ func (c *leaseCmd) subcommands() []command {
 }
 
 func (c *leaseCmd) run(e *env, args []string) error {
-	if len(args) == 0 {
-		return usagef("status or reset-history expected")
-	}
-	sub, ok := lookup(c.subcommands(), args[0])
-	if !ok {
-		return usagef("unknown lease command %q (status, reset-history)", args[0])
-	}
-	return sub.exec(e, "lease "+sub.name, args[1:])
+	return runSubcommand(e, "lease", c.subcommands(), args, "status or reset-history", "status, reset-history")
 }
 
 const leaseResetUsage = `lease reset-history [--node-source SOURCE] [--etcd ENDPOINTS | --postgres-dsn DSN] [flags]

@@ -136,6 +136,21 @@ type parent interface {
 	subcommands() []command
 }
 
+// runSubcommand runs the command of a parent's table that args[0] names,
+// with the rest of args; path is the parent's name after "randflake"
+// ("lease"). Without args the usage error says that one of expected was
+// expected; for an unknown name it lists names.
+func runSubcommand(e *env, path string, table []command, args []string, expected, names string) error {
+	if len(args) == 0 {
+		return usagef("%s expected", expected)
+	}
+	sub, ok := lookup(table, args[0])
+	if !ok {
+		return usagef("unknown %s command %q (%s)", path, args[0], names)
+	}
+	return sub.exec(e, path+" "+sub.name, args[1:])
+}
+
 // exec parses args into a new subcommand's flags and runs it; path is its
 // name after "randflake" ("gen", "uniqueid parse"). With -h or --help it
 // prints the help on standard output and returns flag.ErrHelp. Usage

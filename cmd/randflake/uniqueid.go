@@ -29,14 +29,7 @@ func (c *uniqueIDCmd) subcommands() []command {
 }
 
 func (c *uniqueIDCmd) run(e *env, args []string) error {
-	if len(args) == 0 {
-		return usagef("gen or parse expected")
-	}
-	sub, ok := lookup(c.subcommands(), args[0])
-	if !ok {
-		return usagef("unknown uniqueid command %q (gen or parse)", args[0])
-	}
-	return sub.exec(e, "uniqueid "+sub.name, args[1:])
+	return runSubcommand(e, "uniqueid", c.subcommands(), args, "gen or parse", "gen or parse")
 }
 
 const uniqueIDGenUsage = `uniqueid gen [-n N] [--layout current|classic] [--addr IPV4]
