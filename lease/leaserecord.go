@@ -103,25 +103,43 @@ func formatRecord(key []byte, r blockRecord) []byte {
 
 var errBadRecord = errors.New("fails its check")
 
+// cutTagged splits raw, a record or the marker (what names it in errors),
+// at the last sep into its body, which begins with prefix, and its tag.
+// Text over maxRecordLen, without the prefix, or whose body would end
+// inside the prefix (nothing but the prefix before the tag, or no tag:
+// the fields are cut from the body after the prefix) fails.
+func cutTagged(raw []byte, prefix, sep, what string) (body, tag string, err error) {
+	s := string(raw)
+	if len(s) > maxRecordLen || !strings.HasPrefix(s, prefix) {
+		return "", "", fmt.Errorf("%w: not %s", errBadRecord, what)
+	}
+	i := strings.LastIndex(s, sep)
+	if i < len(prefix) {
+		return "", "", fmt.Errorf("%w: malformed (no tag after the values)", errBadRecord)
+	}
+	return s[:i], s[i+len(sep):], nil
+}
+
+// checkTag checks that tag is the hex of body's tag under key, in
+// constant time.
+func checkTag(key []byte, body, tag string) error {
+	want := tagOf(key, body)
+	got, err := hex.DecodeString(tag)
+	if err != nil || subtle.ConstantTimeCompare(got, want[:]) != 1 {
+		return fmt.Errorf("%w: its tag does not match (edited, or written under another secret)", errBadRecord)
+	}
+	return nil
+}
+
 // parseRecord reads a record of block first..last and checks its tag and
 // its values.
 func parseRecord(key []byte, raw []byte, first, last int64) (blockRecord, error) {
-	s := string(raw)
-	if len(s) > maxRecordLen || !strings.HasPrefix(s, recordPrefix) {
-		return blockRecord{}, fmt.Errorf("%w: not a block record", errBadRecord)
+	body, tag, err := cutTagged(raw, recordPrefix, " ", "a block record")
+	if err != nil {
+		return blockRecord{}, err
 	}
-	i := strings.LastIndexByte(s, ' ')
-	if i < len(recordPrefix) {
-		// Only the prefix's space: no values before the tag. (Checked
-		// before the values are sliced out of the body: a tag that
-		// matched the bare prefix would otherwise make that slice panic.)
-		return blockRecord{}, fmt.Errorf("%w: malformed", errBadRecord)
-	}
-	body, tagHex := s[:i], s[i+1:]
-	want := tagOf(key, body)
-	got, err := hex.DecodeString(tagHex)
-	if err != nil || subtle.ConstantTimeCompare(got, want[:]) != 1 {
-		return blockRecord{}, fmt.Errorf("%w: its tag does not match (edited, or written under another secret)", errBadRecord)
+	if err := checkTag(key, body, tag); err != nil {
+		return blockRecord{}, err
 	}
 	f := strings.Fields(body[len(recordPrefix):])
 	if len(f) != 4 {
@@ -168,18 +186,10 @@ func formatMarker(key []byte, m fleetMarker) []byte {
 // whose key ID is another fleet's fails with errOtherFleet before its tag
 // is checked, and the marker returned holds that key ID.
 func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
-	s := string(raw)
-	if len(s) > maxRecordLen || !strings.HasPrefix(s, markerPrefix) {
-		return fleetMarker{}, fmt.Errorf("%w: not a fleet marker", errBadRecord)
+	body, tag, err := cutTagged(raw, markerPrefix, " tag=", "a fleet marker")
+	if err != nil {
+		return fleetMarker{}, err
 	}
-	i := strings.LastIndex(s, " tag=")
-	if i < len(markerPrefix) {
-		// No tag, or a tag right after the prefix ("rfm1 tag="), whose
-		// body would be shorter than the prefix the fields are cut from
-		// below (a slice that would panic).
-		return fleetMarker{}, fmt.Errorf("%w: no tag", errBadRecord)
-	}
-	body := s[:i]
 	fields := map[string]string{}
 	for _, f := range strings.Fields(body[len(markerPrefix):]) {
 		k, v, ok := strings.Cut(f, "=")
@@ -195,10 +205,8 @@ func parseMarker(key []byte, raw []byte) (fleetMarker, error) {
 		}
 		return fleetMarker{fleet: kid}, fmt.Errorf("%w (key ID %s)", errOtherFleet, kid)
 	}
-	want := tagOf(key, body)
-	got, err := hex.DecodeString(s[i+len(" tag="):])
-	if err != nil || subtle.ConstantTimeCompare(got, want[:]) != 1 {
-		return fleetMarker{}, fmt.Errorf("%w: its tag does not match (edited, or written under another secret)", errBadRecord)
+	if err := checkTag(key, body, tag); err != nil {
+		return fleetMarker{}, err
 	}
 	if m.id, err = url.QueryUnescape(fields["id"]); err != nil {
 		return fleetMarker{}, fmt.Errorf("%w: malformed", errBadRecord)
