@@ -76,20 +76,13 @@ func (c *leaseResetCmd) run(e *env, args []string) error {
 	if k := c.gen.lease.kind; k == sourceStatic || k == sourceStatefulSet {
 		return fmt.Errorf("the %s source records nothing: there is no history to reset", k)
 	}
-	ctx, o, done, err := c.gen.storeSource(e)
+	ctx, o, r, done, err := storeAs[historyResetter](&c.gen, e, "reset its history")
 	if err != nil {
 		return err
 	}
 	defer done()
-	r, ok := o.src.(historyResetter)
-	if !ok {
-		return fmt.Errorf("internal error: the %s source cannot reset its history", o.describe)
-	}
 	if err := r.ResetHistory(ctx); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%s did not answer within a minute: %w", o.describe, err)
-		}
-		return o.explain(err)
+		return o.storeError(err)
 	}
 	fmt.Fprintf(e.stdout, "the history of every node-ID block of %s is now unknown: the next claims wait out the longest promise\n", o.describe)
 	return nil
@@ -121,4 +114,30 @@ func (g *generatorFlags) storeSource(e *env) (context.Context, *openedSource, fu
 		cancel()
 		stop()
 	}, nil
+}
+
+// storeAs is storeSource for an operation that needs the source as a T
+// (historyResetter, statusReader). A source that is not one is released
+// and refused with an internal error: it cannot do what cannot says.
+func storeAs[T any](g *generatorFlags, e *env, cannot string) (context.Context, *openedSource, T, func(), error) {
+	var none T
+	ctx, o, done, err := g.storeSource(e)
+	if err != nil {
+		return nil, nil, none, nil, err
+	}
+	s, ok := o.src.(T)
+	if !ok {
+		done()
+		return nil, nil, none, nil, fmt.Errorf("internal error: the %s source cannot %s", o.describe, cannot)
+	}
+	return ctx, o, s, done, nil
+}
+
+// storeError is the error of an operation on the store storeSource opened
+// o for: its minute ran out, or what the source explains.
+func (o *openedSource) storeError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s did not answer within a minute: %w", o.describe, err)
+	}
+	return o.explain(err)
 }

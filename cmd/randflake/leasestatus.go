@@ -73,21 +73,14 @@ func (c *leaseStatusCmd) run(e *env, args []string) error {
 			return err
 		}
 	}
-	ctx, o, done, err := c.gen.storeSource(e)
+	ctx, o, r, done, err := storeAs[statusReader](&c.gen, e, "describe its store")
 	if err != nil {
 		return err
 	}
 	defer done()
-	r, ok := o.src.(statusReader)
-	if !ok {
-		return fmt.Errorf("internal error: the %s source cannot describe its store", o.describe)
-	}
 	st, err := r.Status(ctx)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%s did not answer within a minute: %w", o.describe, err)
-		}
-		return o.explain(err)
+		return o.storeError(err)
 	}
 	if c.format == "json" {
 		return writeStatusJSON(e.stdout, st)
