@@ -363,7 +363,11 @@ func (l *Leased) Generate() (int64, error) {
 	if g == nil {
 		return 0, l.explain(ErrInvalidLease)
 	}
-	id, err := g.Generate()
+	return l.explainID(g.Generate())
+}
+
+// explainID is a Generate's result, its error explained.
+func (l *Leased) explainID(id int64, err error) (int64, error) {
 	if err != nil {
 		return 0, l.explain(err)
 	}

@@ -66,11 +66,7 @@ func (l *Local) generateLeased() (int64, error) {
 	if g == nil {
 		return 0, ld.explain(ErrInvalidLease)
 	}
-	id, err := l.generate()
-	if err != nil {
-		return 0, ld.explain(err)
-	}
-	return id, nil
+	return ld.explainID(l.generate())
 }
 
 // GenerateString returns a new encrypted ID in its string form.
