@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +20,64 @@ const reloadInterval = 2 * time.Second
 // changes and new failures unless force says that someone asked (SIGHUP).
 type reloadable interface {
 	reload(trigger string, force bool)
+}
+
+// reloadState is what serve keeps of a reloadable file besides its
+// content: the digest of the content in use (loaded) and the last
+// failure, so that a failure is logged once for each content, or error
+// (failureKey), unless the reload is forced. Reloads hold mu.
+type reloadState struct {
+	log      *slog.Logger
+	failures *reloadFailures // nil counts nothing
+	file     string          // the failures' label: reloadTLS or reloadTokens
+	// notReloaded and unchanged are the messages logged when the content
+	// cannot be read and when it did not change.
+	notReloaded, unchanged string
+
+	mu      sync.Mutex
+	loaded  [sha256.Size]byte // digest of the content in use
+	failed  [sha256.Size]byte // failureKey of the last reload, if it failed
+	failing bool              // the last reload failed
+}
+
+// settle ends a reload whose outcome does not depend on the kind of file:
+// a read that failed with err (logged as notReloaded and counted), or
+// content whose digest is loaded's (logged as unchanged if forced). It
+// reports whether it did; if not, the content read is new.
+func (s *reloadState) settle(digest [sha256.Size]byte, err error, trigger string, force bool) bool {
+	switch {
+	case err != nil:
+		if s.fail(failureKey(digest, err), force) {
+			s.log.Warn(s.notReloaded, "trigger", trigger, "err", err)
+		}
+		s.failures.failed(s.file, reasonError)
+	case digest == s.loaded:
+		s.failing = false
+		if force {
+			s.log.Info(s.unchanged, "trigger", trigger)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// fail records a failed reload, told apart from others by key, and
+// reports whether to log it: if forced, or unless the last reload failed
+// with the same key.
+func (s *reloadState) fail(key [sha256.Size]byte, force bool) bool {
+	report := force || !s.failing || key != s.failed
+	s.failed, s.failing = key, true
+	return report
+}
+
+// failureKey tells failed reloads apart, so that each is logged once: the
+// digest of the content read, or of the error if nothing was read.
+func failureKey(digest [sha256.Size]byte, err error) [sha256.Size]byte {
+	if digest != ([sha256.Size]byte{}) {
+		return digest
+	}
+	return sha256.Sum256([]byte(err.Error()))
 }
 
 // watchFiles reloads items every reloadInterval and at each signal on

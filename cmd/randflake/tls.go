@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,21 +40,19 @@ const maxPEMFile = 1 << 20
 // tlsFiles are the TLS files of serve and the configuration made of them.
 type tlsFiles struct {
 	certFile, keyFile, caFile string
-	log                       *slog.Logger
-	failures                  *reloadFailures // nil counts nothing
 	now                       func() time.Time
 
 	current atomic.Pointer[tls.Config] // what handshakes get now
 
-	mu      sync.Mutex
-	loaded  [sha256.Size]byte // digest of the files current was made of
-	failed  [sha256.Size]byte // failureKey of the last reload, if it failed
-	failing bool              // the last reload failed
+	reloadState // loaded: the digest of the files current was made of
 }
 
 // loadTLSFiles reads the files and makes the first configuration.
 func loadTLSFiles(certFile, keyFile, caFile string, log *slog.Logger) (*tlsFiles, error) {
-	f := &tlsFiles{certFile: certFile, keyFile: keyFile, caFile: caFile, log: log, now: time.Now}
+	f := &tlsFiles{certFile: certFile, keyFile: keyFile, caFile: caFile, now: time.Now, reloadState: reloadState{
+		log: log, file: reloadTLS,
+		notReloaded: "TLS files not reloaded; the current certificate stays", unchanged: "TLS files unchanged",
+	}}
 	cfg, digest, err := f.read()
 	if err != nil {
 		return nil, err
@@ -86,44 +83,24 @@ func (f *tlsFiles) reload(trigger string, force bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cfg, digest, err := f.read()
-	switch {
-	case err != nil:
-		key := failureKey(digest, err)
-		if force || !f.failing || key != f.failed {
-			f.log.Warn("TLS files not reloaded; the current certificate stays", "trigger", trigger, "err", err)
-		}
-		f.failed, f.failing = key, true
-		f.failures.failed(reloadTLS, reasonError)
-	case digest == f.loaded:
-		f.failing = false
-		if force {
-			f.log.Info("TLS files unchanged", "trigger", trigger)
-		}
-	case !validNow(cfg, f.now()) && validNow(f.current.Load(), f.now()):
+	if f.settle(digest, err, trigger, force) {
+		return
+	}
+	if !validNow(cfg, f.now()) && validNow(f.current.Load(), f.now()) {
 		// A valid certificate is never swapped for one that every
 		// verifying client refuses.
 		leaf, cur := cfg.Certificates[0].Leaf, f.current.Load().Certificates[0].Leaf
-		if force || !f.failing || digest != f.failed {
+		if f.fail(digest, force) {
 			f.log.Error("TLS certificate not reloaded: the new one is not valid now; the current one stays", "trigger", trigger,
 				"not_before", leaf.NotBefore.UTC().Format(time.RFC3339), "not_after", leaf.NotAfter.UTC().Format(time.RFC3339),
 				"subject", leaf.Subject.String(), "current_not_after", cur.NotAfter.UTC().Format(time.RFC3339))
 		}
-		f.failed, f.failing = digest, true
 		f.failures.failed(reloadTLS, reasonValidity)
-	default:
-		f.current.Store(cfg)
-		f.loaded, f.failing = digest, false
-		f.logLoaded("TLS certificate reloaded", cfg, trigger)
+		return
 	}
-}
-
-// failureKey tells failed reloads apart, so that each is logged once: the
-// digest of the content read, or of the error if nothing was read.
-func failureKey(digest [sha256.Size]byte, err error) [sha256.Size]byte {
-	if digest != ([sha256.Size]byte{}) {
-		return digest
-	}
-	return sha256.Sum256([]byte(err.Error()))
+	f.current.Store(cfg)
+	f.loaded, f.failing = digest, false
+	f.logLoaded("TLS certificate reloaded", cfg, trigger)
 }
 
 // logLoaded logs what cfg serves, and warns of a certificate out of its

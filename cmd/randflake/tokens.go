@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/randflake/randflake/cmd/randflake/internal/server"
 	"github.com/randflake/randflake/privatefile"
@@ -22,20 +21,18 @@ const maxTokensFile = 1 << 20
 
 // issueTokensFile is the issue tokens file of a running serve.
 type issueTokensFile struct {
-	path     string
-	log      *slog.Logger
-	set      func(*server.IssueTokens) // makes new tokens current
-	failures *reloadFailures           // nil counts nothing
+	path string
+	set  func(*server.IssueTokens) // makes new tokens current
 
-	mu      sync.Mutex
-	loaded  [sha256.Size]byte // digest of the content of the current tokens
-	failed  [sha256.Size]byte // failureKey of the last reload, if it failed
-	failing bool
+	reloadState // loaded: the digest of the content of the current tokens
 }
 
 // loadIssueTokens reads the file at start.
 func loadIssueTokens(path string, log *slog.Logger) (*issueTokensFile, *server.IssueTokens, error) {
-	f := &issueTokensFile{path: path, log: log}
+	f := &issueTokensFile{path: path, reloadState: reloadState{
+		log: log, file: reloadTokens,
+		notReloaded: "issue tokens not reloaded; the current clients stay", unchanged: "issue tokens unchanged",
+	}}
 	tokens, digest, err := f.read()
 	if err != nil {
 		return nil, nil, err
@@ -66,22 +63,10 @@ func (f *issueTokensFile) reload(trigger string, force bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	tokens, digest, err := f.read()
-	switch {
-	case err != nil:
-		key := failureKey(digest, err)
-		if force || !f.failing || key != f.failed {
-			f.log.Warn("issue tokens not reloaded; the current clients stay", "trigger", trigger, "err", err)
-		}
-		f.failed, f.failing = key, true
-		f.failures.failed(reloadTokens, reasonError)
-	case digest == f.loaded:
-		f.failing = false
-		if force {
-			f.log.Info("issue tokens unchanged", "trigger", trigger)
-		}
-	default:
-		f.set(tokens)
-		f.loaded, f.failing = digest, false
-		f.log.Info("issue tokens reloaded", "clients", tokens.Len(), "trigger", trigger)
+	if f.settle(digest, err, trigger, force) {
+		return
 	}
+	f.set(tokens)
+	f.loaded, f.failing = digest, false
+	f.log.Info("issue tokens reloaded", "clients", tokens.Len(), "trigger", trigger)
 }
