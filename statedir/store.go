@@ -385,12 +385,12 @@ func (s *Store) write(lock *os.File, r *reading, ch *lease.StoreChanges) error {
 // not expire, so there is nothing else to renew; the identity returned is
 // the directory's generation now.
 func (s *Store) Renew(ctx context.Context, held lease.StoreClaim) (lease.StoreIdentity, error) {
+	if held == nil {
+		return lease.StoreIdentity{}, fmt.Errorf("statedir: %s: no claim to renew", s.dir.path)
+	}
 	c, err := s.claimOf(held)
 	if err != nil {
 		return lease.StoreIdentity{}, err
-	}
-	if c == nil {
-		return lease.StoreIdentity{}, fmt.Errorf("statedir: %s: no claim to renew", s.dir.path)
 	}
 	var id lease.StoreIdentity
 	err = s.dir.locked(ctx, func(lock *os.File) error {
