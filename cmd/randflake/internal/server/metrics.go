@@ -64,22 +64,14 @@ func (s *Server) registerOps() error {
 		}, func() float64 { return float64(s.leaseLeft()) }),
 	}
 	if f := s.cfg.LeaseNodes; f != nil {
-		cs = append(cs,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "randflake_lease_first_node", Help: "First node ID of the current lease.",
-			}, func() float64 { first, _ := f(); return float64(first) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "randflake_lease_last_node", Help: "Last node ID of the current lease.",
-			}, func() float64 { _, last := f(); return float64(last) }))
+		cs = append(cs, pairFuncs(prometheus.NewGaugeFunc, f,
+			prometheus.GaugeOpts{Name: "randflake_lease_first_node", Help: "First node ID of the current lease."},
+			prometheus.GaugeOpts{Name: "randflake_lease_last_node", Help: "Last node ID of the current lease."})...)
 	}
 	if f := s.cfg.LeaseRenewals; f != nil {
-		cs = append(cs,
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "randflake_lease_renewals_total", Help: "Successful renewals of the node-ID lease.",
-			}, func() float64 { ok, _ := f(); return float64(ok) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "randflake_lease_renewal_failures_total", Help: "Failed renewals of the node-ID lease.",
-			}, func() float64 { _, failed := f(); return float64(failed) }))
+		cs = append(cs, pairFuncs(prometheus.NewCounterFunc, f,
+			prometheus.CounterOpts{Name: "randflake_lease_renewals_total", Help: "Successful renewals of the node-ID lease."},
+			prometheus.CounterOpts{Name: "randflake_lease_renewal_failures_total", Help: "Failed renewals of the node-ID lease."})...)
 	}
 	// Every kind has its series from the start, so that rates and
 	// increases see the first error.
@@ -98,6 +90,16 @@ func (s *Server) registerOps() error {
 		}
 	}
 	return nil
+}
+
+// pairFuncs makes the two metrics of the values f returns, with newFunc
+// (prometheus.NewGaugeFunc or NewCounterFunc): the first value's with
+// opts first, the second's with opts second. Each calls f when scraped.
+func pairFuncs[O any, C prometheus.Collector, N int64 | uint64](newFunc func(O, func() float64) C, f func() (N, N), first, second O) []prometheus.Collector {
+	return []prometheus.Collector{
+		newFunc(first, func() float64 { v, _ := f(); return float64(v) }),
+		newFunc(second, func() float64 { _, v := f(); return float64(v) }),
+	}
 }
 
 // observe records a request's duration under its route and status.
