@@ -3,40 +3,22 @@
 package statedir
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/randflake/randflake/leasetest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestNilLoggerIsSilent: without Options.Logger, NewLeased logs nothing,
 // not even to slog's default logger; with one, the lease's events go to
 // it. (Not parallel: it replaces the default logger.)
 func TestNilLoggerIsSilent(t *testing.T) {
-	var dflt lockedBuffer
+	var dflt leasetest.LogBuffer
 	saved := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&dflt, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	defer slog.SetDefault(saved)
@@ -57,7 +39,7 @@ func TestNilLoggerIsSilent(t *testing.T) {
 		t.Errorf("NewLeased without a logger logged to the default logger:\n%s", out)
 	}
 
-	var given lockedBuffer
+	var given leasetest.LogBuffer
 	g, err = NewLeased(ctx, path, Options{Nodes: 64, Logger: slog.New(slog.NewTextHandler(&given, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +79,7 @@ func TestOutsideSecretSaysWhy(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var logged lockedBuffer
+			var logged leasetest.LogBuffer
 			ext, _ := reopen(t, path, t0, Options{Nodes: 64, LastNode: 1023, ExternalSecret: true,
 				Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 			// The first claim waits about 11 s: it is stopped once the
