@@ -69,7 +69,9 @@
 // begin with the module's name. A module whose source wraps the engine
 // (pglease scrubs passwords from its errors) calls the two steps itself:
 // NewStoreSource for the BlockSource, NewStoreLeased for the generator.
-// NewBlockSource is the engine alone, for a caller that checks its own
+// NewBlockLayout turns a Config's node range and block size into the
+// BlockLayout, with the defaults the store modules share (the whole range,
+// the module's block size). NewBlockSource is the engine alone, for a caller that checks its own
 // configuration.
 //
 // The engine's errors (ErrNoFreeNodes, ErrClockBehind,
