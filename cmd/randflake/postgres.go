@@ -98,15 +98,22 @@ func (l *leaseFlags) openPostgres(ctx context.Context, e *env, log *slog.Logger,
 // pgHint is what an operator should do about an error connecting to
 // PostgreSQL, if it says anything: "" if not.
 func pgHint(err error) string {
-	var (
-		verify *tls.CertificateVerificationError
-		pgErr  *pgconn.PgError
-	)
+	var verify *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &verify):
 		return " (the server's certificate must come from a CA of sslrootcert= in --postgres-dsn, and name the host the DSN gives)"
-	case errors.As(err, &pgErr) && pgErr.Code == "28P01":
+	case pgCode(err) == "28P01":
 		return " (the password comes from --postgres-password-file, else the DSN, else $PGPASSWORD, else $PGPASSFILE)"
+	}
+	return ""
+}
+
+// pgCode returns the SQLSTATE of the PostgreSQL error in err's chain, or
+// "" if there is none.
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
 	}
 	return ""
 }
@@ -116,17 +123,12 @@ func pgHint(err error) string {
 // while it starts up, recovers or shuts down (SQLSTATE 57P03,
 // cannot_connect_now) or that lost the connection (class 08).
 func notReachableYet(err error) bool {
-	var (
-		netErr *net.OpError
-		pgErr  *pgconn.PgError
-	)
-	switch {
-	case errors.As(err, &netErr):
+	var netErr *net.OpError
+	if errors.As(err, &netErr) {
 		return true
-	case errors.As(err, &pgErr):
-		return pgErr.Code == "57P03" || strings.HasPrefix(pgErr.Code, "08")
 	}
-	return false
+	code := pgCode(err)
+	return code == "57P03" || strings.HasPrefix(code, "08")
 }
 
 // untilReachable runs op until it succeeds, fails for a reason other than
