@@ -10,8 +10,6 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-
-	"github.com/randflake/randflake/statedir"
 )
 
 const leaseUsage = `lease status|reset-history [--node-source SOURCE] [flags]
@@ -58,8 +56,7 @@ type leaseResetCmd struct {
 }
 
 func (c *leaseResetCmd) flags(fs *flag.FlagSet) {
-	c.gen.register(fs, statedir.DefaultNodes)
-	c.gen.lease.registerSource(fs)
+	c.gen.registerFleet(fs)
 	envUsage(fs)
 }
 

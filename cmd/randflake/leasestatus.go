@@ -41,8 +41,7 @@ type leaseStatusCmd struct {
 }
 
 func (c *leaseStatusCmd) flags(fs *flag.FlagSet) {
-	c.gen.register(fs, statedir.DefaultNodes)
-	c.gen.lease.registerSource(fs)
+	c.gen.registerFleet(fs)
 	fs.StringVar(&c.format, "format", "text", "output format: text (a table) or json")
 	envUsage(fs)
 }

@@ -38,6 +38,15 @@ func (g *generatorFlags) register(fs *flag.FlagSet, defaultClaim int64) {
 	g.lease.register(fs, defaultClaim)
 }
 
+// registerFleet registers the flags of serve's node IDs: the generator's,
+// claiming statedir.DefaultNodes from the state directory, and those of
+// the source (registerSource). The lease commands, which open the
+// fleet's source as serve does, take the same.
+func (g *generatorFlags) registerFleet(fs *flag.FlagSet) {
+	g.register(fs, statedir.DefaultNodes)
+	g.lease.registerSource(fs)
+}
+
 // open acquires node IDs for a generator under the secret the flags name
 // (the state directory's when none is named), within ctx, logging the
 // lease's events to log. Every source goes through here: the flags open

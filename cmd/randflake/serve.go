@@ -18,7 +18,6 @@ import (
 	"github.com/randflake/randflake"
 	"github.com/randflake/randflake/cmd/randflake/internal/server"
 	"github.com/randflake/randflake/privatefile"
-	"github.com/randflake/randflake/statedir"
 )
 
 const serveUsage = `serve [--listen ADDR] [--node-source SOURCE] [--nodes FIRST-LAST | --etcd ENDPOINTS | --postgres-dsn DSN]
@@ -126,8 +125,7 @@ func (c *serveCmd) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 60*time.Second, "how long an idle keep-alive connection stays open")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format on standard error: text or json")
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one line per request (method, path without the query, status, bytes, duration, remote address)")
-	c.gen.register(fs, statedir.DefaultNodes)
-	c.gen.lease.registerSource(fs)
+	c.gen.registerFleet(fs)
 	envUsage(fs)
 }
 
