@@ -386,16 +386,21 @@ type keptAlive struct {
 	hc     *http.Client
 	name   string
 	serial string
+	local  string    // the connection's local address: the server logs it as remote
+	opened time.Time // when its first request was answered
 }
 
 func openKeptAlive(t *testing.T, s *tlsSetup, url string, h2 bool) *keptAlive {
 	t.Helper()
 	hc, _ := s.tlsClient(t, nil, h2)
 	k := &keptAlive{hc: hc, name: map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2]}
-	resp, err := hc.Get(url + "/v1/ids?count=1")
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { k.local = i.Conn.LocalAddr().String() }})
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/ids?count=1", nil)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	k.opened = time.Now()
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.ProtoMajor != map[bool]int{false: 1, true: 2}[h2] {
@@ -405,11 +410,11 @@ func openKeptAlive(t *testing.T, s *tlsSetup, url string, h2 bool) *keptAlive {
 	return k
 }
 
-func (k *keptAlive) get(t *testing.T, url string) {
+func (k *keptAlive) get(t *testing.T, p *serveProcess) {
 	t.Helper()
 	var reused bool
 	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
-	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/ids?count=1", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/v1/ids?count=1", nil)
 	resp, err := k.hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s keep-alive connection: %v", k.name, err)
@@ -417,8 +422,17 @@ func (k *keptAlive) get(t *testing.T, url string) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if !reused || resp.StatusCode != 200 || resp.TLS.PeerCertificates[0].SerialNumber.String() != k.serial {
-		t.Errorf("%s: reused %v, status %d, certificate %s; want the open connection, 200, certificate %s",
-			k.name, reused, resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber, k.serial)
+		// What the server said of the connection (it logs the closes it
+		// makes, naming the client's address) tells a close by the
+		// server from one by the client.
+		var said []string
+		for _, line := range strings.Split(p.logs.String(), "\n") {
+			if strings.Contains(line, k.local) {
+				said = append(said, line)
+			}
+		}
+		t.Errorf("%s: reused %v, status %d, certificate %s; want the open connection (%s, opened %v ago), 200, certificate %s; the server's log of it: %q",
+			k.name, reused, resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber, k.local, time.Since(k.opened).Round(time.Millisecond), k.serial, said)
 	}
 }
 
@@ -443,8 +457,8 @@ func TestServeCertificateRotation(t *testing.T) {
 	writeAtomically(t, s.certFile, second.CertPEM, 0o644)
 	waitSerial(t, s, p, second.Cert.SerialNumber.String())
 	waitLog(t, p, regexp.MustCompile(`msg="TLS certificate reloaded" subject="CN=randflake-2" .*trigger="file change"`), 5*time.Second)
-	h1.get(t, p.url)
-	h2.get(t, p.url)
+	h1.get(t, p)
+	h2.get(t, p)
 
 	// Bad files: a key of another certificate, a certificate file that
 	// is not PEM, a key file that is world-readable. Each is logged once
@@ -494,8 +508,8 @@ func TestServeCertificateRotation(t *testing.T) {
 	}
 	waitLog(t, p, regexp.MustCompile(`msg="TLS (certificate reloaded" subject="CN=randflake-3" .*trigger=SIGHUP|files unchanged" trigger=SIGHUP)`), 10*time.Second)
 	waitSerial(t, s, p, third.Cert.SerialNumber.String())
-	h1.get(t, p.url)
-	h2.get(t, p.url)
+	h1.get(t, p)
+	h2.get(t, p)
 	// A SIGHUP with nothing changed says so, and the process goes on.
 	p.cmd.Process.Signal(syscall.SIGHUP)
 	waitLog(t, p, regexp.MustCompile(`msg="TLS files unchanged" trigger=SIGHUP`), 10*time.Second)
@@ -556,8 +570,8 @@ func TestServeCertificateKubeletSwap(t *testing.T) {
 		next := s.ca.Server(t, fmt.Sprintf("kubelet-%d", i))
 		publish(next)
 		waitSerial(t, s, p, next.Cert.SerialNumber.String())
-		h1.get(t, p.url)
-		h2.get(t, p.url)
+		h1.get(t, p)
+		h2.get(t, p)
 	}
 	if c := strings.Count(p.logs.String(), `msg="TLS certificate reloaded"`); c != 2 {
 		t.Errorf("%d reloads logged, want 2:\n%s", c, p.logs.String())
