@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -381,10 +382,16 @@ func waitSerial(t *testing.T, s *tlsSetup, p *serveProcess, serial string) {
 
 // keptAlive is a keep-alive connection, HTTP/1.1 or HTTP/2: get makes a
 // request and fails unless it went over the same connection, with the
-// certificate it was made with.
+// certificate it was made with. The HTTP/1.1 connection is the test's own
+// (a TLS connection it writes requests on), so that only the server can
+// close it: net/http's client drops a keep-alive connection whose
+// request's write it has not seen end within 50 ms of the response,
+// which a loaded machine can make it do.
 type keptAlive struct {
-	hc     *http.Client
 	name   string
+	hc     *http.Client // HTTP/2
+	conn   *tls.Conn    // HTTP/1.1
+	br     *bufio.Reader
 	serial string
 	local  string    // the connection's local address: the server logs it as remote
 	opened time.Time // when its first request was answered
@@ -392,47 +399,92 @@ type keptAlive struct {
 
 func openKeptAlive(t *testing.T, s *tlsSetup, url string, h2 bool) *keptAlive {
 	t.Helper()
-	hc, _ := s.tlsClient(t, nil, h2)
-	k := &keptAlive{hc: hc, name: map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2]}
-	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { k.local = i.Conn.LocalAddr().String() }})
-	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/ids?count=1", nil)
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	k := &keptAlive{name: map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2]}
+	if h2 {
+		k.hc, _ = s.tlsClient(t, nil, true)
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { k.local = i.Conn.LocalAddr().String() }})
+		req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/ids?count=1", nil)
+		resp, err := k.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("HTTP/2 connection speaks %s", resp.Proto)
+		}
+		k.serial = resp.TLS.PeerCertificates[0].SerialNumber.String()
+	} else {
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(url, "https://"), &tls.Config{RootCAs: s.ca.Pool(), NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		k.conn, k.br, k.local = conn, bufio.NewReader(conn), conn.LocalAddr().String()
+		k.serial = conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+		if status, err := k.get1(url); err != nil || status != 200 {
+			t.Fatalf("HTTP/1.1 connection: status %d, %v", status, err)
+		}
 	}
 	k.opened = time.Now()
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.ProtoMajor != map[bool]int{false: 1, true: 2}[h2] {
-		t.Fatalf("%s connection speaks %s", k.name, resp.Proto)
-	}
-	k.serial = resp.TLS.PeerCertificates[0].SerialNumber.String()
 	return k
+}
+
+// get1 makes a request on the HTTP/1.1 connection and reads its answer
+// whole, within 20 s.
+func (k *keptAlive) get1(url string) (int, error) {
+	k.conn.SetDeadline(time.Now().Add(20 * time.Second))
+	defer k.conn.SetDeadline(time.Time{})
+	req, _ := http.NewRequest("GET", url+"/v1/ids?count=1", nil)
+	if err := req.Write(k.conn); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(k.br, req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.Close {
+		return resp.StatusCode, errors.New("the server answered with Connection: close")
+	}
+	return resp.StatusCode, nil
 }
 
 func (k *keptAlive) get(t *testing.T, p *serveProcess) {
 	t.Helper()
-	var reused bool
-	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
-	req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/v1/ids?count=1", nil)
-	resp, err := k.hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s keep-alive connection: %v", k.name, err)
+	var (
+		reused bool
+		status int
+		serial string
+		err    error
+	)
+	if k.conn != nil {
+		status, err = k.get1(p.url)
+		reused, serial = err == nil, k.conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	} else {
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+		req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/v1/ids?count=1", nil)
+		var resp *http.Response
+		if resp, err = k.hc.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			status, serial = resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber.String()
+		}
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if !reused || resp.StatusCode != 200 || resp.TLS.PeerCertificates[0].SerialNumber.String() != k.serial {
+	if !reused || status != 200 || serial != k.serial {
 		// What the server said of the connection (it logs the closes it
-		// makes, naming the client's address) tells a close by the
-		// server from one by the client.
+		// makes, naming the client's address) tells why it is gone.
 		var said []string
 		for _, line := range strings.Split(p.logs.String(), "\n") {
 			if strings.Contains(line, k.local) {
 				said = append(said, line)
 			}
 		}
-		t.Errorf("%s: reused %v, status %d, certificate %s; want the open connection (%s, opened %v ago), 200, certificate %s; the server's log of it: %q",
-			k.name, reused, resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber, k.local, time.Since(k.opened).Round(time.Millisecond), k.serial, said)
+		t.Errorf("%s: reused %v, status %d, certificate %s, error %v; want the open connection (%s, opened %v ago), 200, certificate %s; the server's log of it: %q",
+			k.name, reused, status, serial, err, k.local, time.Since(k.opened).Round(time.Millisecond), k.serial, said)
 	}
 }
 
