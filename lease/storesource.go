@@ -74,9 +74,9 @@ func OpenStoreLeased(ctx context.Context, secret []byte, open StoreOpener) (*ran
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Secret != nil && string(cfg.Secret) != string(secret) {
+	if err := CheckLeasedSecret(cfg.Name, cfg.Secret, secret); err != nil {
 		closeStore(cfg.Close)
-		return nil, fmt.Errorf("%s: NewLeased: Config.Secret differs from the secret given", callerName(cfg.Name))
+		return nil, err
 	}
 	cfg.Secret = secret
 	bs, err := NewStoreSource(st, cfg)
@@ -130,6 +130,19 @@ func NewStoreLeased(ctx context.Context, src randflake.LeaseSource, cfg StoreCon
 		return nil, err
 	}
 	return g, nil
+}
+
+// CheckLeasedSecret reports whether configured, a store module's
+// Config.Secret, agrees with secret, the one its NewLeased was given:
+// configured may be nil (NewLeased fills it in) or the same bytes; other
+// bytes are an error that begins with name and shows neither secret.
+// OpenStoreLeased calls it; a module that builds its generator itself
+// (pglease) calls it before it opens anything.
+func CheckLeasedSecret(name string, configured, secret []byte) error {
+	if configured != nil && string(configured) != string(secret) {
+		return fmt.Errorf("%s: NewLeased: Config.Secret differs from the secret given", callerName(name))
+	}
+	return nil
 }
 
 // CheckStoreSecret reports whether secret is a fleet secret: 16 bytes. The

@@ -198,6 +198,15 @@ func TestOpenStore(t *testing.T) {
 	} else if strings.Contains(err.Error(), string(other[:8])) || strings.Contains(err.Error(), string(secret[:8])) {
 		t.Errorf("the error shows a secret: %v", err)
 	}
+	for _, c := range []struct {
+		configured []byte
+		ok         bool
+	}{{nil, true}, {append([]byte(nil), secret...), true}, {other, false}, {[]byte{}, false}} {
+		err := lease.CheckLeasedSecret("pglease", c.configured, secret)
+		if c.ok && err != nil || !c.ok && (err == nil || err.Error() != "pglease: NewLeased: Config.Secret differs from the secret given") {
+			t.Errorf("CheckLeasedSecret of a Config.Secret of %d bytes: %v, want ok %v", len(c.configured), err, c.ok)
+		}
+	}
 	closed = 0
 	if _, err := lease.OpenStoreLeased(ctx, secret[:8], opener(lease.StoreConfig{}, nil)); !errors.Is(err, randflake.ErrInvalidSecret) || closed != 1 {
 		t.Errorf("OpenStoreLeased with an 8-byte secret: %v (closed %d times), want ErrInvalidSecret and one Close", err, closed)

@@ -283,8 +283,8 @@ func (s *Source) engine(cfg Config) lease.StoreConfig {
 // for the generator's life, and the process's: pass Config.Pool to
 // control it.
 func NewLeased(ctx context.Context, secret []byte, cfg Config) (*randflake.Leased, error) {
-	if cfg.Secret != nil && string(cfg.Secret) != string(secret) {
-		return nil, errors.New("pglease: NewLeased: Config.Secret differs from the secret given")
+	if err := lease.CheckLeasedSecret("pglease", cfg.Secret, secret); err != nil {
+		return nil, err
 	}
 	cfg.Secret = secret
 	src, err := New(cfg)
