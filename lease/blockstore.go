@@ -208,14 +208,15 @@ func NewBlockLayout(first, last, size, defaultSize int64) (BlockLayout, error) {
 	if first == 0 && last == 0 {
 		last = randflake.MaxNode
 	}
+	l := BlockLayout{FirstNode: first, LastNode: last, Size: size}
 	if err := randflake.CheckNodeRange(first, last); err != nil {
 		return BlockLayout{}, err
 	}
-	if size < 1 || (last-first+1)%size != 0 {
+	if !l.divides() {
 		return BlockLayout{}, fmt.Errorf("blocks of %d node IDs: want a number that divides the %d node IDs of the range %d-%d",
 			size, last-first+1, first, last)
 	}
-	return BlockLayout{FirstNode: first, LastNode: last, Size: size}, nil
+	return l, nil
 }
 
 // Check checks the layout.
@@ -223,11 +224,14 @@ func (b BlockLayout) Check() error {
 	if err := randflake.CheckNodeRange(b.FirstNode, b.LastNode); err != nil {
 		return err
 	}
-	if b.Size < 1 || (b.LastNode-b.FirstNode+1)%b.Size != 0 {
+	if !b.divides() {
 		return fmt.Errorf("randflake: blocks of %d node IDs do not divide the range %d-%d", b.Size, b.FirstNode, b.LastNode)
 	}
 	return nil
 }
+
+// divides reports whether the blocks' size divides the range.
+func (b BlockLayout) divides() bool { return b.Size >= 1 && (b.LastNode-b.FirstNode+1)%b.Size == 0 }
 
 // Count returns the number of blocks.
 func (b BlockLayout) Count() int64 { return (b.LastNode - b.FirstNode + 1) / b.Size }
