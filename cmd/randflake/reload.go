@@ -62,6 +62,10 @@ func (s *reloadState) settle(digest [sha256.Size]byte, err error, trigger string
 	return true
 }
 
+// took records that the content of digest is now in use: a reload that
+// succeeded, or the first load.
+func (s *reloadState) took(digest [sha256.Size]byte) { s.loaded, s.failing = digest, false }
+
 // fail records a failed reload, told apart from others by key, and
 // reports whether to log it: if forced, or unless the last reload failed
 // with the same key.

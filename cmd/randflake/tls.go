@@ -58,7 +58,7 @@ func loadTLSFiles(certFile, keyFile, caFile string, log *slog.Logger) (*tlsFiles
 		return nil, err
 	}
 	f.current.Store(cfg)
-	f.loaded = digest
+	f.took(digest)
 	f.logLoaded("TLS certificate loaded", cfg, "")
 	return f, nil
 }
@@ -99,7 +99,7 @@ func (f *tlsFiles) reload(trigger string, force bool) {
 		return
 	}
 	f.current.Store(cfg)
-	f.loaded, f.failing = digest, false
+	f.took(digest)
 	f.logLoaded("TLS certificate reloaded", cfg, trigger)
 }
 

@@ -37,7 +37,7 @@ func loadIssueTokens(path string, log *slog.Logger) (*issueTokensFile, *server.I
 	if err != nil {
 		return nil, nil, err
 	}
-	f.loaded = digest
+	f.took(digest)
 	log.Info("issue tokens loaded: issuing needs a listed token or a client certificate", "clients", tokens.Len())
 	return f, tokens, nil
 }
@@ -67,6 +67,6 @@ func (f *issueTokensFile) reload(trigger string, force bool) {
 		return
 	}
 	f.set(tokens)
-	f.loaded, f.failing = digest, false
+	f.took(digest)
 	f.log.Info("issue tokens reloaded", "clients", tokens.Len(), "trigger", trigger)
 }
