@@ -67,8 +67,9 @@
 // open), which refuses a Config naming another secret than the one given.
 // Both check the secret (CheckStoreSecret) in one place; their errors
 // begin with the module's name. A module whose source wraps the engine
-// (pglease scrubs passwords from its errors) calls the two steps itself:
-// NewStoreSource for the BlockSource, NewStoreLeased for the generator.
+// (pglease scrubs passwords from its errors) calls the steps itself:
+// CheckLeasedSecret, NewStoreSource for the BlockSource, NewStoreLeased for
+// the generator.
 // NewBlockLayout turns a Config's node range and block size into the
 // BlockLayout, with the defaults the store modules share (the whole range,
 // the module's block size). NewBlockSource is the engine alone, for a caller that checks its own
