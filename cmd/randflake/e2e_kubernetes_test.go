@@ -448,3 +448,39 @@ func TestServeKubernetesCutOff(t *testing.T) {
 	t.Logf("%d IDs from the cut-off holder and its successor, none twice", len(all))
 	stop(t, a)
 }
+
+// An API server that stalls (SIGSTOP: it accepts connections and answers
+// nothing) while serve makes its first claim: the claim's step times out,
+// serve logs that it claims again and, once the server goes on (SIGCONT),
+// claims and serves, rather than exiting.
+func TestServeKubernetesStalledAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs kube-apiserver: not in -short")
+	}
+	t.Parallel() // a cluster of its own
+	f := newKubeFleet(t)
+	pid := f.c.APIServerPID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP to the API server (pid %d): %v", pid, err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Errorf("SIGCONT to the API server (pid %d): %v", pid, err)
+			}
+		}
+	}
+	t.Cleanup(resume)
+	p := spawnServe(t, kubePodEnv("pod-a"), f.args(f.kubeconfig, 131072)...)
+	m := waitLog(t, p, regexp.MustCompile(`msg="a claim of node IDs failed on a slow store; claiming again" try=(\d+)`), 6*kubeTTL)
+	resume()
+	waitServing(t, p)
+	ids := fetch(t, p, 2000)
+	if checkUnique(t, ids, 2000, nil); t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("claim %s failed on the stopped API server; serving after SIGCONT: %d IDs, none twice", m[1], len(ids))
+	stop(t, p)
+}

@@ -65,7 +65,7 @@ func (g *generatorFlags) open(ctx context.Context, e *env, log *slog.Logger) (*l
 	}
 	stop := waitNotice(log, o.waiting, o.waitingArgs...)
 	if o.network {
-		err = untilReachable(ctx, newLeased)
+		err = untilClaimed(ctx, log, newLeased)
 	} else {
 		err = newLeased()
 	}
@@ -119,7 +119,7 @@ type openedSource struct {
 	waiting     string
 	waitingArgs []any
 	now         func() int64 // the generator's clock; nil: the wall clock
-	network     bool         // a server not reachable yet is waited for
+	network     bool         // a server not reachable yet, or slow, is waited for (untilClaimed)
 	cleanup     func()       // closes what the source opened
 	// explain adds what the operator should know to an error of the
 	// source; nil adds nothing.
@@ -398,7 +398,7 @@ func (l *leaseFlags) openEtcd(ctx context.Context, log *slog.Logger, secret []by
 		}
 		return nil, fmt.Errorf("etcd at %s: %w", l.etcd, err)
 	}
-	return &openedSource{src: src, secret: secret, describe: "etcd", cleanup: func() { cli.Close() },
+	return &openedSource{src: src, secret: secret, describe: "etcd", network: true, cleanup: func() { cli.Close() },
 		waiting: etcdWaiting, waitingArgs: []any{"endpoints", l.etcd},
 		wrap: func(err error) error { return fmt.Errorf("etcd at %s: %w%s", l.etcd, err, l.etcdHint(err)) }}, nil
 }

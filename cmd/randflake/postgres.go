@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -116,37 +115,6 @@ func pgCode(err error) string {
 		return pgErr.Code
 	}
 	return ""
-}
-
-// notReachableYet reports whether err says the server cannot be reached
-// yet: a network error, or a PostgreSQL server that refuses connections
-// while it starts up, recovers or shuts down (SQLSTATE 57P03,
-// cannot_connect_now) or that lost the connection (class 08).
-func notReachableYet(err error) bool {
-	var netErr *net.OpError
-	if errors.As(err, &netErr) {
-		return true
-	}
-	code := pgCode(err)
-	return code == "57P03" || strings.HasPrefix(code, "08")
-}
-
-// untilReachable runs op until it succeeds, fails for a reason other than
-// a server not reachable yet (notReachableYet), or ctx ends. So a process
-// started before its database waits for it, as it does for etcd, while a
-// refused password or missing tables end it at once.
-func untilReachable(ctx context.Context, op func() error) error {
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
-		err := op()
-		if err == nil || !notReachableYet(err) {
-			return err
-		}
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // splitTable splits [SCHEMA.]TABLE at its first dot.
