@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,8 @@ type env struct {
 	sign     signer
 	log      *slog.Logger
 	logw     *testWriter
+
+	filled []*proc // the fillers, once started
 
 	mu sync.Mutex
 	n  int // processes opened
@@ -103,12 +106,12 @@ const unknownHistory = "the history of the node IDs is unknown"
 // waitingMsg is what the engine logs when a claim waits for its start.
 const waitingMsg = "waiting for the previous holder's last second to pass"
 
-// loggedAt returns the time of process's first log line holding text.
-func (e *env) loggedAt(process, text string) (time.Time, bool) {
+// lastLoggedAt returns the time of process's last log line holding text.
+func (e *env) lastLoggedAt(process, text string) (time.Time, bool) {
 	w := e.logw
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, l := range w.lines {
+	for _, l := range slices.Backward(w.lines) {
 		if !strings.Contains(l, "process="+process+" ") || !strings.Contains(l, text) {
 			continue
 		}
@@ -187,7 +190,8 @@ type proc struct {
 	src   *lease.BlockSource
 	g     *randflake.Leased
 	col   *Collector
-	took  time.Duration // from the start of NewLeased to its return
+	took  time.Duration   // from the start of NewLeased to its return
+	held  randflake.Lease // its first lease
 
 	mu   sync.Mutex
 	errs []error   // the generator's source errors (OnError)
@@ -235,8 +239,9 @@ func (e *env) start(prefix string, o opts) *proc {
 	return p
 }
 
-// lease starts p's leased generator: NewLeased, retried while every block
-// is held if p.o.waitFor, within the subtest's budget.
+// lease starts p's leased generator: NewLeased, tried again after a
+// transient failure (Harness.Transient), and while every block is held
+// if p.o.waitFor or after such a failure, within the subtest's budget.
 func (p *proc) lease() error {
 	e := p.e
 	ctx, cancel := context.WithTimeout(context.Background(), e.limit())
@@ -252,7 +257,7 @@ func (p *proc) lease() error {
 		g, err := randflake.NewLeased(ctx, cfg)
 		if err == nil {
 			p.took = time.Since(began)
-			p.g = g
+			p.g, p.held = g, g.Lease()
 			break
 		}
 		if ctx.Err() != nil {
@@ -264,7 +269,10 @@ func (p *proc) lease() error {
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}
-		if !p.o.waitFor || !errors.Is(err, lease.ErrNoFreeNodes) {
+		// A claim that failed on a slow store may have been applied, its
+		// answer lost: that claim holds its blocks until it lapses, so
+		// after one, no free node IDs is waited out as for p.o.waitFor.
+		if (!p.o.waitFor && transient == 0) || !errors.Is(err, lease.ErrNoFreeNodes) {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -423,7 +431,8 @@ func (s *timedStore) claimed() (begun, done time.Time) {
 // next claim has only that one left; it returns them.
 func (e *env) fillers() []*proc {
 	e.t.Helper()
-	return e.claimAtOnce(e.runs-1, "filler", opts{idle: true})
+	e.filled = e.claimAtOnce(e.runs-1, "filler", opts{idle: true})
+	return e.filled
 }
 
 // claimAtOnce starts n processes claiming at the same time, and fails the

@@ -12,13 +12,14 @@ type subtest struct {
 	waits bool // it waits out lease seconds: not under -short
 }
 
-// start runs the subtest on a fresh store of h, unless -short and it
+// start runs the subtest on a fresh store of h (again, on another, if
+// a slow store broke its premise: runAttempts), unless -short and it
 // waits out lease seconds.
 func (st subtest) start(t *testing.T, h Harness) {
 	if st.waits && testing.Short() {
 		t.Skip("waits out lease seconds: not in -short")
 	}
-	st.run(newEnv(t, h))
+	runAttempts(t, h, st.run)
 }
 
 // subtests are the checks Run runs, in order.
