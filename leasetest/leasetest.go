@@ -105,6 +105,10 @@ var subtests = []subtest{
 //     newcomer on its node IDs starts only after the holder's last second.
 //
 // A subtest whose hook is nil is skipped with a message naming the hook.
+// A subtest that builds on every other run being held runs again on a
+// fresh store, at most three times, when a holder's claim lapsed because
+// the store stalled past its TTL (the holder must report ErrLeaseLost);
+// each attempt's reason is logged.
 // Under -short (testing.Short) every subtest but DisjointClaims and
 // LayoutMismatch is skipped: the others wait out lease seconds.
 // Each wait is bounded by a budget derived from the store's promise; with
