@@ -463,13 +463,11 @@ func TestServeKubernetesStalledAtStart(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP to the API server (pid %d): %v", pid, err)
 	}
-	resumed := false
+	// SIGCONT to a running process does nothing: the cleanup resumes the
+	// server on every path, once more after the test's own.
 	resume := func() {
-		if !resumed {
-			resumed = true
-			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-				t.Errorf("SIGCONT to the API server (pid %d): %v", pid, err)
-			}
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Errorf("SIGCONT to the API server (pid %d): %v", pid, err)
 		}
 	}
 	t.Cleanup(resume)
