@@ -496,6 +496,24 @@ func (s *BlockSource) Acquire(ctx context.Context) (randflake.Lease, error) {
 // lost while it waits for its start.
 const maxWaitingLosses = 4
 
+// maxLostClaims bounds the claims in a row one acquisition makes when
+// each loses its run to another claimant (ErrBlockHeld, ErrStoreConflict):
+// a process that claimed the same run, or changed the store, between this
+// claim's read and its write. Claimants that start together lose to each
+// other; the pauses between tries spread them apart. Past the bound, the
+// caller is told that every block is claimed (ErrNoFreeNodes).
+const maxLostClaims = 32
+
+// lostClaimPause returns the random pause after a claim that took step
+// and lost its run: up to twice the step, at most a second.
+func lostClaimPause(step time.Duration) time.Duration {
+	d := min(2*step, time.Second)
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
+}
+
 // acquireOnce makes one claim and waits for its start; waited reports
 // that the claim was made and the error came while it waited.
 func (s *BlockSource) acquireOnce(ctx context.Context) (_ randflake.Lease, waited bool, _ error) {
@@ -504,10 +522,18 @@ func (s *BlockSource) acquireOnce(ctx context.Context) (_ randflake.Lease, waite
 		refused int
 		err     error
 	)
-	for attempt := 0; attempt < 8; attempt++ {
-		c, refused, err = s.claim(ctx, attempt > 0)
-		if err == nil || (!errors.Is(err, ErrStoreConflict) && !errors.Is(err, ErrBlockHeld)) {
+	for try := 1; ; try++ {
+		began := time.Now()
+		c, refused, err = s.claim(ctx, try > 1)
+		if err == nil || (!errors.Is(err, ErrStoreConflict) && !errors.Is(err, ErrBlockHeld)) || try == maxLostClaims {
 			break
+		}
+		// Another claimant took the run first. Claimants that start
+		// together would meet again at once; each waits a random part
+		// of what its step took before it reads the store again, and
+		// so sees the runs the others have taken by then.
+		if err := Sleep(ctx, lostClaimPause(time.Since(began))); err != nil {
+			return randflake.Lease{}, false, fmt.Errorf("randflake: %s: claiming node IDs: %w", s.info.Name, context.Cause(ctx))
 		}
 	}
 	if errors.Is(err, ErrBlockHeld) || errors.Is(err, ErrStoreConflict) {
