@@ -504,6 +504,12 @@ const maxWaitingLosses = 4
 // caller is told that every block is claimed (ErrNoFreeNodes).
 const maxLostClaims = 32
 
+// lostToClaimant reports whether a claim failed because another claimant
+// took its run or changed the store first (see maxLostClaims).
+func lostToClaimant(err error) bool {
+	return errors.Is(err, ErrBlockHeld) || errors.Is(err, ErrStoreConflict)
+}
+
 // lostClaimPause returns the random pause after a claim that took step
 // and lost its run: up to twice the step, at most a second.
 func lostClaimPause(step time.Duration) time.Duration {
@@ -525,7 +531,7 @@ func (s *BlockSource) acquireOnce(ctx context.Context) (_ randflake.Lease, waite
 	for try := 1; ; try++ {
 		began := time.Now()
 		c, refused, err = s.claim(ctx, try > 1)
-		if err == nil || (!errors.Is(err, ErrStoreConflict) && !errors.Is(err, ErrBlockHeld)) || try == maxLostClaims {
+		if err == nil || !lostToClaimant(err) || try == maxLostClaims {
 			break
 		}
 		// Another claimant took the run first. Claimants that start
@@ -536,7 +542,7 @@ func (s *BlockSource) acquireOnce(ctx context.Context) (_ randflake.Lease, waite
 			return randflake.Lease{}, false, fmt.Errorf("randflake: %s: claiming node IDs: %w", s.info.Name, context.Cause(ctx))
 		}
 	}
-	if errors.Is(err, ErrBlockHeld) || errors.Is(err, ErrStoreConflict) {
+	if lostToClaimant(err) {
 		// Every try lost its block to another claimant: as busy as a
 		// store with no free block, for the caller.
 		return randflake.Lease{}, false, fmt.Errorf("%w (%d node IDs each, in %d-%d, %s: other processes took every block this one tried): %w",

@@ -94,11 +94,17 @@ func newSource(t *testing.T, b *leasetest.MemBackend, o leasetest.MemOptions, bl
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := lease.NewBlockSource(h, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: b.Layout(), Blocks: blocks})
+	return sourceOn(t, h, b.Layout(), blocks), h
+}
+
+// sourceOn returns a BlockSource on st, with blocks blocks of l per claim.
+func sourceOn(t *testing.T, st lease.BlockStore, l lease.BlockLayout, blocks int64) *lease.BlockSource {
+	t.Helper()
+	src, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: l, Blocks: blocks})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return src, h
+	return src
 }
 
 // renewFor renews l every 100 ms for d and returns the last renewal, as a

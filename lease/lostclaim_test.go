@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/randflake/randflake/internal/slowdown"
 	"github.com/randflake/randflake/lease"
 	"github.com/randflake/randflake/leasetest"
 )
@@ -45,11 +46,7 @@ func rivalSource(t *testing.T, wins int64, step time.Duration) (*lease.BlockSour
 		t.Fatal(err)
 	}
 	st := &rivals{BlockStore: h, wins: wins, step: step}
-	src, err := lease.NewBlockSource(st, lease.BlockSourceConfig{Secret: leasetest.Secret(), Layout: suiteLayout, Blocks: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src, st
+	return sourceOn(t, st, suiteLayout, 1), st
 }
 
 // A claim that loses its run to another claimant claims again, many times
@@ -106,13 +103,7 @@ func TestBlockSourceClaimLostStopsWithContext(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Acquire cancelled while it lost claims, after %d claims: %v, want context.Canceled", st.claims.Load(), err)
 		}
-	case <-time.After(ctxDeadline(t, 10*time.Second)):
+	case <-time.After(slowdown.Stretch(10 * time.Second)):
 		t.Fatalf("Acquire did not return after its context was cancelled (%d claims made)", st.claims.Load())
 	}
-}
-
-// ctxDeadline is d stretched as ctxFor stretches it.
-func ctxDeadline(t *testing.T, d time.Duration) time.Duration {
-	dl, _ := ctxFor(t, d).Deadline()
-	return time.Until(dl)
 }
