@@ -166,29 +166,29 @@ func (l *leaseFlags) connectEtcd(ctx context.Context, log *slog.Logger, cfg clie
 	}
 	stop := waitNotice(log, etcdWaiting, "endpoints", l.etcd)
 	defer stop()
+	var cli *clientv3.Client
 	stalls := 0
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
-		cli, err := tryEtcd(ctx, cfg)
-		if err == nil {
-			return cli, nil
-		}
+	err := retryWhile(ctx, func() (err error) {
+		cli, err = tryEtcd(ctx, cfg)
+		return err
+	}, func(err error) bool {
 		if !errors.Is(err, errEtcdUnreachable) {
-			return nil, err
+			return false
 		}
 		if errors.Is(err, errTLSStalled) {
 			stalls++
 		} else {
 			stalls = 0
 		}
-		if stalls >= maxTLSStalls {
-			return nil, fmt.Errorf("no TLS handshake completed in %d attempts: is etcd serving plain http? Then give an http:// endpoint without --etcd-cacert, --etcd-cert and --etcd-key (last attempt: %w)", stalls, err)
-		}
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		return stalls < maxTLSStalls
+	})
+	switch {
+	case err == nil:
+		return cli, nil
+	case stalls >= maxTLSStalls:
+		return nil, fmt.Errorf("no TLS handshake completed in %d attempts: is etcd serving plain http? Then give an http:// endpoint without --etcd-cacert, --etcd-cert and --etcd-key (last attempt: %w)", stalls, err)
 	}
+	return nil, err
 }
 
 // etcdWaiting is the notice logged while etcd is waited for.

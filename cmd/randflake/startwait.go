@@ -79,6 +79,10 @@ func untilClaimed(ctx context.Context, log *slog.Logger, claim func() error) err
 	var slowAt time.Time
 	return retryWhile(ctx, claim, func(err error) bool {
 		switch {
+		case ctx.Err() != nil:
+			// Stopped (or out of time) during the claim: retryWhile
+			// returns the context's error, logging no retry.
+			return true
 		case notReachableYet(err):
 			return true
 		case storeSlow(err):
@@ -101,18 +105,16 @@ func untilClaimed(ctx context.Context, log *slog.Logger, claim func() error) err
 var retryPause, maxRetryPause = 100 * time.Millisecond, 2 * time.Second
 
 // retryWhile runs op until it succeeds, fails with an error again does
-// not accept, or ctx ends, pausing between tries, twice as long each
-// time, from retryPause to maxRetryPause.
+// not accept, or ctx ends (then it returns ctx's error), pausing between
+// tries, twice as long each time, from retryPause to maxRetryPause.
 func retryWhile(ctx context.Context, op func() error, again func(error) bool) error {
 	for delay := retryPause; ; delay = min(2*delay, maxRetryPause) {
 		err := op()
-		if err == nil || ctx.Err() != nil || !again(err) {
+		if err == nil || !again(err) {
 			return err
 		}
-		select {
-		case <-time.After(delay):
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := lease.Sleep(ctx, delay); err != nil {
+			return err
 		}
 	}
 }

@@ -91,7 +91,7 @@ func TestUntilClaimedStopsWithContext(t *testing.T) {
 		}
 		return &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	})
-	if err == nil || n != 3 {
-		t.Fatalf("after the context was cancelled at the third try: %d tries, error %v; want 3 tries and an error", n, err)
+	if !errors.Is(err, context.Canceled) || n != 3 {
+		t.Fatalf("after the context was cancelled at the third try: %d tries, error %v; want 3 tries and context.Canceled", n, err)
 	}
 }
